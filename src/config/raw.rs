@@ -1,0 +1,207 @@
+//! Raw serde types mirroring the YAML schema: unknown fields rejected, every value wrapped in
+//! `Sp` (location + lenient), durations and sizes parsed; no semantic checks (see `validate`).
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+
+use super::spanned::Sp;
+use super::units::{DURATION_NEEDS_UNIT, parse_duration, parse_size};
+
+/// A field: absent (`None`), or present with its location (value `None` if invalid).
+pub type Field<T> = Option<Sp<T>>;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub listen: Field<String>,
+    pub limits: Field<RawLimits>,
+    pub sessions: Field<RawSessions>,
+    pub tenants: Field<Vec<Sp<RawTenant>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    pub max_body: Field<Size>,
+    pub max_upstream_message: Field<Size>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSessions {
+    pub ttl: Field<Dur>,
+    pub store: Field<RawStore>,
+}
+
+/// `store: memory`; backends with settings will be single-key mappings (`redis: {url: ...}`).
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RawStore {
+    Memory,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTenant {
+    pub name: Field<String>,
+    pub path: Field<String>,
+    pub server: Field<RawServer>,
+    pub prefix: Field<RawPrefix>,
+    pub upstreams: Field<Vec<Sp<RawUpstream>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    pub name: Field<String>,
+    pub version: Field<String>,
+    pub title: Field<String>,
+    pub instructions: Field<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPrefix {
+    pub mode: Field<RawPrefixMode>,
+    pub separator: Field<String>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+pub enum RawPrefixMode {
+    Always,
+    Never,
+    Conditional,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstream {
+    pub name: Field<String>,
+    pub stdio: Field<RawStdio>,
+    pub http: Field<RawHttp>,
+    pub timeout: Field<Dur>,
+    pub max_timeout: Field<Dur>,
+    pub init_timeout: Field<Dur>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStdio {
+    pub command: Field<String>,
+    pub args: Field<Vec<Sp<String>>>,
+    pub env: Field<Pairs>,
+    pub inherit_env: Field<Vec<Sp<String>>>,
+    pub cwd: Field<String>,
+    pub sharing: Field<RawSharing>,
+    pub restart: Field<RawRestart>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "kebab-case")]
+pub enum RawSharing {
+    Shared,
+    PerSession,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRestart {
+    pub initial_backoff: Field<Dur>,
+    pub max_backoff: Field<Dur>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHttp {
+    pub url: Field<String>,
+    pub headers: Field<Pairs>,
+}
+
+/// A string-to-string mapping in document order, keys and values located.
+pub struct Pairs(pub Vec<(Sp<String>, Sp<String>)>);
+
+impl<'de> Deserialize<'de> for Pairs {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct PairsVisitor;
+        impl<'de> Visitor<'de> for PairsVisitor {
+            type Value = Pairs;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a mapping of names to strings")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Pairs, A::Error> {
+                let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                while let Some(pair) = map.next_entry()? {
+                    pairs.push(pair);
+                }
+                Ok(Pairs(pairs))
+            }
+        }
+        deserializer.deserialize_map(PairsVisitor)
+    }
+}
+
+/// A duration written with a unit (`30s`); a bare number is rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct DurVisitor;
+        impl Visitor<'_> for DurVisitor {
+            type Value = Dur;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration like 30s")
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Dur, E> {
+                Err(E::custom(DURATION_NEEDS_UNIT))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Dur, E> {
+                Err(E::custom(DURATION_NEEDS_UNIT))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Dur, E> {
+                Err(E::custom(DURATION_NEEDS_UNIT))
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Dur, E> {
+                parse_duration(text).map(Dur).map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_any(DurVisitor)
+    }
+}
+
+/// A byte count: an integer, or a string with a unit (`4MiB`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size(pub u64);
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SizeVisitor;
+        impl Visitor<'_> for SizeVisitor {
+            type Value = Size;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a size like 4MiB or a number of bytes")
+            }
+            fn visit_u64<E: de::Error>(self, bytes: u64) -> Result<Size, E> {
+                Ok(Size(bytes))
+            }
+            fn visit_i64<E: de::Error>(self, bytes: i64) -> Result<Size, E> {
+                u64::try_from(bytes)
+                    .map(Size)
+                    .map_err(|_| E::custom("size must not be negative"))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Size, E> {
+                Err(E::custom(
+                    "size must be a whole number of bytes or use a unit, e.g. 1536KiB",
+                ))
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Size, E> {
+                parse_size(text).map(Size).map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_any(SizeVisitor)
+    }
+}

@@ -1,0 +1,451 @@
+//! Raw → validated `Config`: defaults filled in, values checked against the rules, cross-field
+//! and uniqueness checks; every problem collected at the offending value's location.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::error::ConfigError;
+use super::raw::{
+    Dur, Field, RawConfig, RawLimits, RawPrefixMode, RawSessions, RawStore, RawTenant, Size,
+};
+use super::rules;
+use super::spanned::{Loc, Sp};
+use super::subst::HIDDEN_VALUE;
+use super::units::{format_duration, format_size};
+use super::{
+    Config, Limits, PrefixConfig, PrefixMode, ServerIdentity, SessionConfig, StoreConfig,
+    TenantConfig,
+};
+
+pub(super) const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+const DEFAULT_MAX_BODY: u64 = 4 << 20;
+const DEFAULT_MAX_UPSTREAM_MESSAGE: u64 = 16 << 20;
+const MIN_SIZE: u64 = 1 << 10;
+const DEFAULT_TTL: Duration = Duration::from_secs(30 * 60);
+const DEFAULT_SEPARATOR: &str = "__";
+const DEFAULT_SERVER_NAME: &str = "switchyard";
+
+/// Collects problems for one file.
+pub(super) struct Checker<'a> {
+    file: &'a str,
+    pub(super) errors: Vec<ConfigError>,
+}
+
+impl<'a> Checker<'a> {
+    pub(super) fn new(file: &'a str) -> Self {
+        Checker {
+            file,
+            errors: Vec::new(),
+        }
+    }
+
+    pub(super) fn error(&mut self, loc: &Loc, message: impl Into<String>) {
+        self.errors.push(ConfigError {
+            file: self.file.to_owned(),
+            line: loc.mark.line,
+            col: loc.mark.col,
+            path: loc.path.clone(),
+            message: message.into(),
+        });
+    }
+
+    /// Reports a missing required field of the mapping at `parent`.
+    pub(super) fn missing(&mut self, parent: &Loc, field: &str) {
+        self.error(parent, format!("missing required field `{field}`"));
+    }
+
+    /// A duration field: its default when absent; `None` when invalid. `min` is inclusive.
+    pub(super) fn duration(
+        &mut self,
+        field: &Field<Dur>,
+        default: Duration,
+        min: Duration,
+        name: &str,
+    ) -> Option<Duration> {
+        let Some(sp) = field else {
+            return Some(default);
+        };
+        let Dur(value) = *sp.get()?;
+        if value < min {
+            let message = if min == Duration::from_millis(1) {
+                format!("`{name}` must be greater than 0")
+            } else {
+                format!(
+                    "`{name}` must be at least {}, got {}",
+                    format_duration(min),
+                    format_duration(value)
+                )
+            };
+            self.error(&sp.loc, message);
+            return None;
+        }
+        Some(value)
+    }
+
+    /// Checks `low <= high` for two duration fields (either may be defaulted).
+    pub(super) fn ordered(
+        &mut self,
+        low: (&Field<Dur>, Option<Duration>, &str),
+        high: (&Field<Dur>, Option<Duration>, &str),
+    ) {
+        let ((low_field, Some(low_value), low_name), (high_field, Some(high_value), high_name)) =
+            (low, high)
+        else {
+            return;
+        };
+        if low_value <= high_value {
+            return;
+        }
+        let (low_text, high_text) = (format_duration(low_value), format_duration(high_value));
+        match (high_field, low_field) {
+            (Some(high_sp), _) => self.error(
+                &high_sp.loc,
+                format!("`{high_name}` ({high_text}) must be at least `{low_name}` ({low_text})"),
+            ),
+            (None, Some(low_sp)) => self.error(
+                &low_sp.loc,
+                format!("`{low_name}` ({low_text}) exceeds the default `{high_name}` ({high_text}); set `{high_name}` too"),
+            ),
+            (None, None) => {}
+        }
+    }
+}
+
+/// The value of a field, shown in a message unless it came from the environment.
+pub(super) fn shown(sp: &Sp<String>) -> String {
+    match sp.get() {
+        Some(value) if !sp.loc.from_env => format!("{value:?}"),
+        _ => HIDDEN_VALUE.to_owned(),
+    }
+}
+
+/// Validates everything; `Some` only if no problem was found in the raw config.
+pub(super) fn validate(raw: &Sp<RawConfig>, checker: &mut Checker<'_>) -> Option<Config> {
+    let root = raw.get()?;
+    let listen = listen(checker, &root.listen);
+    let limits = limits(checker, &root.limits);
+    let sessions = sessions(checker, &root.sessions);
+    let tenants = tenants(checker, &root.tenants, &raw.loc);
+    Some(Config {
+        source: None,
+        listen: listen?,
+        limits: limits?,
+        sessions: sessions?,
+        tenants: tenants?,
+    })
+}
+
+fn listen(checker: &mut Checker<'_>, field: &Field<String>) -> Option<SocketAddr> {
+    let text = field
+        .as_ref()
+        .map_or(Some(DEFAULT_LISTEN), |sp| sp.get().map(String::as_str))?;
+    match text.parse() {
+        Ok(addr) => Some(addr),
+        Err(_) => {
+            if let Some(sp) = field {
+                checker.error(
+                    &sp.loc,
+                    format!("invalid listen address {}: expected IP:port, e.g. 127.0.0.1:8080 or [::]:8080", shown(sp)),
+                );
+            }
+            None
+        }
+    }
+}
+
+/// A section that may be absent (all defaults). `Err` when present but invalid (reported).
+fn section<T>(field: &Field<T>) -> Result<Option<&T>, ()> {
+    match field {
+        None => Ok(None),
+        Some(sp) => sp.get().map(Some).ok_or(()),
+    }
+}
+
+fn limits(checker: &mut Checker<'_>, field: &Field<RawLimits>) -> Option<Limits> {
+    let raw = section(field).ok()?;
+    let none = None;
+    let max_body = size(
+        checker,
+        raw.map_or(&none, |r| &r.max_body),
+        DEFAULT_MAX_BODY,
+        "max_body",
+    );
+    let max_upstream = size(
+        checker,
+        raw.map_or(&none, |r| &r.max_upstream_message),
+        DEFAULT_MAX_UPSTREAM_MESSAGE,
+        "max_upstream_message",
+    );
+    Some(Limits {
+        max_body_bytes: max_body?,
+        max_upstream_message_bytes: max_upstream?,
+    })
+}
+
+fn size(checker: &mut Checker<'_>, field: &Field<Size>, default: u64, name: &str) -> Option<usize> {
+    let Some(sp) = field else {
+        return usize::try_from(default).ok();
+    };
+    let Size(bytes) = *sp.get()?;
+    if bytes < MIN_SIZE {
+        checker.error(
+            &sp.loc,
+            format!(
+                "`{name}` must be at least {}, got {}",
+                format_size(MIN_SIZE),
+                format_size(bytes)
+            ),
+        );
+        return None;
+    }
+    let fits = usize::try_from(bytes).ok();
+    if fits.is_none() {
+        checker.error(&sp.loc, format!("`{name}` is too large for this platform"));
+    }
+    fits
+}
+
+fn sessions(checker: &mut Checker<'_>, field: &Field<RawSessions>) -> Option<SessionConfig> {
+    let raw = section(field).ok()?;
+    let none = None;
+    let ttl = checker.duration(
+        raw.map_or(&none, |r| &r.ttl),
+        DEFAULT_TTL,
+        Duration::from_secs(1),
+        "ttl",
+    );
+    let store = match raw.and_then(|r| r.store.as_ref()) {
+        None => Some(StoreConfig::Memory),
+        Some(sp) => sp.get().map(|RawStore::Memory| StoreConfig::Memory),
+    };
+    Some(SessionConfig {
+        ttl: ttl?,
+        store: store?,
+    })
+}
+
+/// First definitions of names/paths seen so far: value → where (`line 3`, with a note).
+pub(super) type Seen = HashMap<String, String>;
+
+fn tenants(
+    checker: &mut Checker<'_>,
+    field: &Field<Vec<Sp<RawTenant>>>,
+    root: &Loc,
+) -> Option<Vec<TenantConfig>> {
+    let Some(list) = field else {
+        checker.error(
+            root,
+            "missing required field `tenants`: at least one tenant is required",
+        );
+        return None;
+    };
+    let items = list.get()?;
+    if items.is_empty() {
+        checker.error(&list.loc, "at least one tenant is required");
+        return None;
+    }
+    let (mut names, mut paths) = (Seen::new(), Seen::new());
+    let tenants: Vec<Option<TenantConfig>> = items
+        .iter()
+        .map(|item| tenant(checker, item, &mut names, &mut paths))
+        .collect();
+    tenants.into_iter().collect()
+}
+
+/// Reports `value` if already seen (`false`), else remembers it (`true`). `shown` is how the
+/// value may appear in messages; `implicit` explains a defaulted value (e.g. "the default path
+/// of tenant \"acme\"").
+pub(super) fn unique(
+    checker: &mut Checker<'_>,
+    seen: &mut Seen,
+    (value, shown): (&str, &str),
+    loc: &Loc,
+    what: &str,
+    implicit: Option<String>,
+) -> bool {
+    match seen.get(value) {
+        Some(first) => {
+            let note = implicit.map(|n| format!("{n}; ")).unwrap_or_default();
+            checker.error(
+                loc,
+                format!("duplicate {what} {shown} ({note}first defined at {first})"),
+            );
+            false
+        }
+        None => {
+            let here = match implicit {
+                Some(note) => format!("line {}, as {note}", loc.mark.line),
+                None => format!("line {}", loc.mark.line),
+            };
+            seen.insert(value.to_owned(), here);
+            true
+        }
+    }
+}
+
+fn tenant(
+    checker: &mut Checker<'_>,
+    item: &Sp<RawTenant>,
+    names: &mut Seen,
+    paths: &mut Seen,
+) -> Option<TenantConfig> {
+    let raw = item.get()?;
+    // A duplicate name keeps its value (the config is rejected anyway) but its default path is
+    // not checked again: that would report the same clash twice.
+    let mut name_is_new = true;
+    let name = match &raw.name {
+        None => {
+            checker.missing(&item.loc, "name");
+            None
+        }
+        Some(sp) => sp.get().and_then(|name| match rules::tenant_name(name) {
+            Ok(()) => {
+                name_is_new = unique(
+                    checker,
+                    names,
+                    (name, &shown(sp)),
+                    &sp.loc,
+                    "tenant name",
+                    None,
+                );
+                Some((name.clone(), sp.loc.from_env))
+            }
+            Err(rule) => {
+                checker.error(
+                    &sp.loc,
+                    format!("invalid tenant name {}: {rule}", shown(sp)),
+                );
+                None
+            }
+        }),
+    };
+    let path = match &raw.path {
+        None => name.as_ref().map(|(name, from_env)| {
+            let path = format!("/t/{name}/mcp");
+            if name_is_new {
+                let (shown_name, shown_path) = match from_env {
+                    false => (format!("{name:?}"), format!("{path:?}")),
+                    true => (HIDDEN_VALUE.to_owned(), HIDDEN_VALUE.to_owned()),
+                };
+                let note = format!("the default path of tenant {shown_name}");
+                unique(
+                    checker,
+                    paths,
+                    (&path, &shown_path),
+                    &item.loc,
+                    "tenant path",
+                    Some(note),
+                );
+            }
+            path
+        }),
+        Some(sp) => sp.get().and_then(|path| match rules::tenant_path(path) {
+            Ok(()) => {
+                unique(
+                    checker,
+                    paths,
+                    (path, &shown(sp)),
+                    &sp.loc,
+                    "tenant path",
+                    None,
+                );
+                Some(path.clone())
+            }
+            Err(rule) => {
+                checker.error(
+                    &sp.loc,
+                    format!("invalid tenant path {}: {rule}", shown(sp)),
+                );
+                None
+            }
+        }),
+    };
+    let server = server(checker, raw);
+    let prefix = prefix(checker, raw);
+    let upstreams = super::validate_upstream::upstreams(
+        checker,
+        &raw.upstreams,
+        &item.loc,
+        prefix
+            .as_ref()
+            .map(|(p, loc)| (p.separator.as_str(), loc.as_ref())),
+    );
+    Some(TenantConfig {
+        name: name?.0,
+        path: path?,
+        server: server?,
+        prefix: prefix?.0,
+        upstreams: upstreams?,
+    })
+}
+
+fn server(checker: &mut Checker<'_>, tenant: &RawTenant) -> Option<ServerIdentity> {
+    let raw = section(&tenant.server).ok()?;
+    let mut required = |field: Option<&Field<String>>, default: &str, name: &str| match field
+        .and_then(Option::as_ref)
+    {
+        None => Some(default.to_owned()),
+        Some(sp) => {
+            let value = sp.get()?;
+            if value.trim().is_empty() {
+                checker.error(&sp.loc, format!("`{name}` must not be empty"));
+                return None;
+            }
+            Some(value.clone())
+        }
+    };
+    let name = required(raw.map(|r| &r.name), DEFAULT_SERVER_NAME, "name");
+    let version = required(
+        raw.map(|r| &r.version),
+        env!("CARGO_PKG_VERSION"),
+        "version",
+    );
+    let optional = |field: Option<&Field<String>>| match field.and_then(Option::as_ref) {
+        None => Some(None),
+        Some(sp) => sp.get().map(|v| Some(v.clone())),
+    };
+    let title = optional(raw.map(|r| &r.title));
+    let instructions = optional(raw.map(|r| &r.instructions));
+    Some(ServerIdentity {
+        name: name?,
+        version: version?,
+        title: title?,
+        instructions: instructions?,
+    })
+}
+
+/// The prefix settings, with the separator's location when it was written explicitly.
+fn prefix(checker: &mut Checker<'_>, tenant: &RawTenant) -> Option<(PrefixConfig, Option<Loc>)> {
+    let raw = section(&tenant.prefix).ok()?;
+    let mode = match raw.and_then(|r| r.mode.as_ref()) {
+        None => Some(PrefixMode::Conditional),
+        Some(sp) => sp.get().map(|mode| match mode {
+            RawPrefixMode::Always => PrefixMode::Always,
+            RawPrefixMode::Never => PrefixMode::Never,
+            RawPrefixMode::Conditional => PrefixMode::Conditional,
+        }),
+    };
+    let separator = match raw.and_then(|r| r.separator.as_ref()) {
+        None => Some((DEFAULT_SEPARATOR.to_owned(), None)),
+        Some(sp) => sp.get().and_then(|sep| match rules::separator(sep) {
+            Ok(()) => Some((sep.clone(), Some(sp.loc.clone()))),
+            Err(rule) => {
+                checker.error(&sp.loc, format!("invalid separator {}: {rule}", shown(sp)));
+                None
+            }
+        }),
+    };
+    let (separator, loc) = separator?;
+    Some((
+        PrefixConfig {
+            mode: mode?,
+            separator,
+        },
+        loc,
+    ))
+}
+
+#[cfg(test)]
+#[path = "validate_tests.rs"]
+mod tests;

@@ -1,0 +1,119 @@
+//! In-flight deferred requests: the id keys `notifications/cancelled` is matched by, and the
+//! cancellable `sleep` runner that reports progress and forgets itself when dropped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::server::Session;
+use super::wire;
+
+/// A request id normalised for matching `notifications/cancelled` (string ids compare by value).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum IdKey {
+    Str(Box<str>),
+    Num(Box<str>),
+}
+
+pub(crate) fn id_key(raw: &RawValue) -> Option<IdKey> {
+    let s = raw.get();
+    if s.starts_with('"') {
+        serde_json::from_str::<String>(s)
+            .ok()
+            .map(|v| IdKey::Str(v.into()))
+    } else if wire::is_valid_id(raw) {
+        Some(IdKey::Num(s.into()))
+    } else {
+        None
+    }
+}
+
+pub(crate) struct InFlight {
+    pub(crate) generation: u64,
+    pub(crate) cancel: oneshot::Sender<()>,
+}
+
+/// A `sleep` call in flight. Dropping it (e.g. aborting its task) forgets it.
+#[derive(Debug)]
+pub(crate) struct Deferred {
+    session: Arc<Session>,
+    key: IdKey,
+    generation: u64,
+    cancel: oneshot::Receiver<()>,
+    id: Box<RawValue>,
+    progress_token: Option<Box<RawValue>>,
+    ms: u64,
+    steps: u64,
+}
+
+impl Deferred {
+    /// Registers a cancellable `sleep`; `Err` is the error response to send instead.
+    pub(crate) fn start(
+        session: &Arc<Session>,
+        id: &RawValue,
+        progress_token: Option<&RawValue>,
+        ms: u64,
+        steps: u64,
+    ) -> Result<Deferred, Bytes> {
+        let bad = |msg| wire::error(Some(id), wire::INVALID_REQUEST, msg);
+        let key = id_key(id).ok_or_else(|| bad("Invalid Request: bad id"))?;
+        let (generation, cancel) = session
+            .register(key.clone())
+            .ok_or_else(|| bad("Invalid Request: a request with this id is already in flight"))?;
+        Ok(Deferred {
+            session: Arc::clone(session),
+            key,
+            generation,
+            cancel,
+            id: id.to_owned(),
+            progress_token: progress_token.map(RawValue::to_owned),
+            ms,
+            steps,
+        })
+    }
+
+    /// Whether running this sends progress notifications before the response.
+    pub(crate) fn sends_progress(&self) -> bool {
+        self.progress_token.is_some()
+    }
+
+    /// Waits, sending progress notifications to `out` (required when [`Self::sends_progress`]);
+    /// returns the response, or `None` if the request was cancelled (then nothing must be sent
+    /// for it).
+    pub(crate) async fn run(mut self, out: Option<&mpsc::Sender<Bytes>>) -> Option<Bytes> {
+        let (ms, steps) = (self.ms, self.steps);
+        let token = self.progress_token.as_deref();
+        let work = async {
+            let total = Duration::from_millis(ms);
+            match (token, out) {
+                (Some(token), Some(out)) if steps > 0 => {
+                    let start = Instant::now();
+                    let total_us = u128::from(ms) * 1000;
+                    for i in 1..=steps {
+                        let at_us = total_us * u128::from(i) / u128::from(steps);
+                        let at = Duration::from_micros(u64::try_from(at_us).unwrap_or(u64::MAX));
+                        tokio::time::sleep_until(start + at).await;
+                        // A gone receiver only means nobody listens; keep the timing honest.
+                        let _ = out.send(wire::progress(token, i, steps)).await;
+                    }
+                }
+                _ => tokio::time::sleep(total).await,
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = &mut self.cancel => None,
+            () = work => Some(wire::tool_text(&self.id, &format!("slept {ms}ms"), false)),
+        }
+    }
+}
+
+impl Drop for Deferred {
+    fn drop(&mut self) {
+        self.session.forget(&self.key, self.generation);
+    }
+}

@@ -1,0 +1,69 @@
+//! The demo upstream: a small, fast MCP server shipped in the gateway binary (README demo and
+//! test/load-test upstream), served over stdio or Streamable HTTP.
+//!
+//! Tools: `echo`, `add`, `sleep` (progress + cancellation); with `test_tools` also `crash`,
+//! `stderr` and `pid`. One prompt (`greeting`), one resource (`demo://readme`). Both transports share the
+//! per-session core in `server`.
+
+mod catalog;
+mod http;
+mod inflight;
+mod server;
+mod stdio;
+mod tools;
+mod wire;
+
+#[cfg(test)]
+mod http_tests;
+#[cfg(test)]
+mod stdio_tests;
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::path::PathBuf;
+
+/// How the demo server presents itself.
+#[derive(Debug, Clone, Default)]
+pub struct DemoOptions {
+    /// `serverInfo.name`; "switchyard-demo" when empty.
+    pub name: String,
+    /// Also expose the test-only tools `crash`, `stderr` and `pid`.
+    pub test_tools: bool,
+    /// Stdio only, for shutdown tests: ignore SIGTERM and keep running after stdin closes, so
+    /// only SIGKILL stops the process.
+    pub stubborn: bool,
+    /// If set, every received JSON-RPC message is appended to this file, one JSON per line.
+    pub trace_file: Option<PathBuf>,
+}
+
+/// Serves one session as newline-delimited JSON on stdin/stdout until stdin reaches EOF.
+/// Requests still in flight at EOF are dropped unanswered. Logs go to stderr only (via tracing).
+pub async fn serve_stdio(opts: DemoOptions) -> std::io::Result<()> {
+    let server = server::Server::new(&opts)?;
+    // Registering a handler replaces SIGTERM's default action: the signal is ignored.
+    let _ignored_term = if opts.stubborn {
+        Some(tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        )?)
+    } else {
+        None
+    };
+    let stdin = tokio::io::BufReader::with_capacity(64 * 1024, tokio::io::stdin());
+    stdio::serve(server, stdin, tokio::io::stdout()).await?;
+    if opts.stubborn {
+        std::future::pending::<()>().await;
+    }
+    Ok(())
+}
+
+/// Serves Streamable HTTP at path `/mcp` on `listener` until `shutdown` resolves; in-flight
+/// requests are then cancelled and connections drained.
+pub async fn serve_http(
+    listener: tokio::net::TcpListener,
+    opts: DemoOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let server = server::Server::new(&opts)?;
+    http::serve(listener, server, shutdown).await
+}

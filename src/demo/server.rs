@@ -1,0 +1,391 @@
+//! The transport-independent protocol core: shared per-server state (cached result bytes, trace
+//! file) and the per-session state machine turning one incoming message into its outputs.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Write as _};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
+use tokio::sync::oneshot;
+
+use super::DemoOptions;
+use super::catalog;
+use super::inflight::{Deferred, IdKey, InFlight, id_key};
+use super::tools::{self, ToolRun, Transport};
+use super::wire::{self, INVALID_PARAMS, METHOD_NOT_FOUND, Message};
+
+/// Protocol revisions the demo speaks, newest first.
+pub(crate) const SUPPORTED_VERSIONS: [&str; 4] =
+    ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+const DEFAULT_NAME: &str = "switchyard-demo";
+const INSTRUCTIONS: &str = "Demo upstream shipped with Switchyard: echo, add, sleep.";
+const LOG_LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// State shared by every session of one server.
+pub(crate) struct Server {
+    test_tools: bool,
+    /// Everything of the initialize result after the protocol version string.
+    init_tail: Vec<u8>,
+    tools_list: Vec<u8>,
+    trace: Option<Mutex<File>>,
+}
+
+impl Server {
+    pub(crate) fn new(opts: &DemoOptions) -> io::Result<Arc<Server>> {
+        let name = if opts.name.is_empty() {
+            DEFAULT_NAME
+        } else {
+            &opts.name
+        };
+        let mut init_tail = Vec::with_capacity(256);
+        init_tail.extend_from_slice(
+            br#"","capabilities":{"tools":{"listChanged":false},"prompts":{},"resources":{},"logging":{}},"serverInfo":{"name":"#,
+        );
+        wire::push_str(&mut init_tail, name);
+        init_tail.extend_from_slice(b",\"version\":");
+        wire::push_str(&mut init_tail, env!("CARGO_PKG_VERSION"));
+        init_tail.extend_from_slice(b"},\"instructions\":");
+        wire::push_str(&mut init_tail, INSTRUCTIONS);
+        init_tail.push(b'}');
+        let trace = match &opts.trace_file {
+            Some(path) => Some(Mutex::new(
+                File::options().create(true).append(true).open(path)?,
+            )),
+            None => None,
+        };
+        Ok(Arc::new(Server {
+            test_tools: opts.test_tools,
+            init_tail,
+            tools_list: tools::list_result(opts.test_tools),
+            trace,
+        }))
+    }
+
+    pub(crate) fn session(self: &Arc<Self>, transport: Transport) -> Arc<Session> {
+        Arc::new(Session {
+            server: Arc::clone(self),
+            transport,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// Classifies one received message, appending it to the trace file first if it is JSON.
+    pub(crate) fn parse<'a>(&self, bytes: &'a [u8]) -> Result<Message<'a>, Bytes> {
+        let parsed = wire::parse(bytes);
+        if let Some(trace) = &self.trace
+            && (parsed.is_ok() || serde_json::from_slice::<IgnoredAny>(bytes).is_ok())
+        {
+            write_trace(trace, bytes);
+        }
+        parsed
+    }
+}
+
+/// One JSON document per line; documents spanning lines are re-encoded compactly.
+fn write_trace(trace: &Mutex<File>, bytes: &[u8]) {
+    let bytes = bytes.trim_ascii();
+    let mut line = if bytes.contains(&b'\n') || bytes.contains(&b'\r') {
+        match serde_json::from_slice::<serde_json::Value>(bytes)
+            .and_then(|v| serde_json::to_vec(&v))
+        {
+            Ok(compact) => compact,
+            Err(_) => return,
+        }
+    } else {
+        bytes.to_vec()
+    };
+    line.push(b'\n');
+    let mut file = trace.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Err(e) = file.write_all(&line).and_then(|()| file.flush()) {
+        tracing::warn!(error = %e, "demo server: cannot append to the trace file");
+    }
+}
+
+/// What one incoming message produced.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// Nothing to send (notification, response, or nothing to say).
+    Nothing,
+    /// One message to send now.
+    Reply(Bytes),
+    /// Work that finishes later; run it concurrently with further messages.
+    Deferred(Deferred),
+    /// Exit the process with this code without answering (the `crash` test tool, stdio only).
+    Exit(i32),
+}
+
+#[derive(Default)]
+struct State {
+    protocol_version: Option<&'static str>,
+    initialized: bool,
+    next_generation: u64,
+    in_flight: HashMap<IdKey, InFlight>,
+}
+
+/// One MCP session: the stdio process, or one `Mcp-Session-Id` over HTTP.
+pub(crate) struct Session {
+    server: Arc<Server>,
+    transport: Transport,
+    state: Mutex<State>,
+}
+
+#[derive(Deserialize)]
+struct InitializeParams<'a> {
+    #[serde(rename = "protocolVersion", borrow)]
+    protocol_version: Cow<'a, str>,
+}
+
+#[derive(Deserialize)]
+struct CallParams<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(default, borrow)]
+    arguments: Option<&'a RawValue>,
+    #[serde(default, rename = "_meta", borrow)]
+    meta: Option<RequestMeta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RequestMeta<'a> {
+    #[serde(default, rename = "progressToken", borrow)]
+    progress_token: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct CancelParams<'a> {
+    #[serde(rename = "requestId", borrow)]
+    request_id: &'a RawValue,
+}
+
+#[derive(Deserialize)]
+struct SetLevelParams<'a> {
+    #[serde(borrow)]
+    level: Cow<'a, str>,
+}
+
+impl Session {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The negotiated protocol version once `initialize` succeeded.
+    pub(crate) fn protocol_version(&self) -> Option<&'static str> {
+        self.lock().protocol_version
+    }
+
+    /// Whether `notifications/initialized` has arrived.
+    #[cfg(test)]
+    pub(crate) fn is_initialized(&self) -> bool {
+        self.lock().initialized
+    }
+
+    /// Cancels every in-flight deferred request (session end, server shutdown).
+    pub(crate) fn cancel_all(&self) {
+        for (_, f) in self.lock().in_flight.drain() {
+            let _ = f.cancel.send(());
+        }
+    }
+
+    /// Parses (and traces) one raw message, then handles it.
+    pub(crate) fn handle_bytes(self: &Arc<Self>, bytes: &[u8]) -> Outcome {
+        match self.server.parse(bytes) {
+            Ok(msg) => self.handle(msg),
+            Err(reply) => Outcome::Reply(reply),
+        }
+    }
+
+    /// Handles one parsed message.
+    pub(crate) fn handle(self: &Arc<Self>, msg: Message<'_>) -> Outcome {
+        match msg {
+            Message::Request { id, method, params } => {
+                tracing::debug!(method = &*method, id = id.get(), "demo server: request");
+                self.request(id, &method, params)
+            }
+            Message::Notification { method, params } => {
+                tracing::debug!(method = &*method, "demo server: notification");
+                self.notification(&method, params);
+                Outcome::Nothing
+            }
+            Message::Response => Outcome::Nothing,
+        }
+    }
+
+    fn notification(&self, method: &str, params: Option<&RawValue>) {
+        match method {
+            "notifications/initialized" => self.lock().initialized = true,
+            "notifications/cancelled" => {
+                let Some(p) =
+                    params.and_then(|p| serde_json::from_str::<CancelParams<'_>>(p.get()).ok())
+                else {
+                    return;
+                };
+                let Some(key) = id_key(p.request_id) else {
+                    return;
+                };
+                let entry = self.lock().in_flight.remove(&key);
+                if let Some(f) = entry {
+                    let _ = f.cancel.send(());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn request(
+        self: &Arc<Self>,
+        id: &RawValue,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Outcome {
+        let reply = match method {
+            "tools/call" => return self.call_tool(id, params),
+            "initialize" => self.initialize(id, params),
+            "ping" => wire::response(id, b"{}"),
+            "tools/list" => wire::response(id, &self.server.tools_list),
+            "prompts/list" => wire::response(id, catalog::PROMPTS_LIST),
+            "prompts/get" => match params {
+                Some(p) => catalog::get_prompt(id, p),
+                None => missing_params(id, method),
+            },
+            "resources/list" => wire::response(id, catalog::RESOURCES_LIST),
+            "resources/read" => match params {
+                Some(p) => catalog::read_resource(id, p),
+                None => missing_params(id, method),
+            },
+            "resources/templates/list" => wire::response(id, catalog::TEMPLATES_LIST),
+            "logging/setLevel" => {
+                match params.map(|p| serde_json::from_str::<SetLevelParams<'_>>(p.get())) {
+                    None => missing_params(id, method),
+                    Some(Err(e)) => catalog::invalid_params(id, method, &e),
+                    Some(Ok(p)) if !LOG_LEVELS.contains(&&*p.level) => {
+                        let msg = format!(
+                            "Invalid params for logging/setLevel: unknown level `{}`",
+                            p.level
+                        );
+                        wire::error(Some(id), INVALID_PARAMS, &msg)
+                    }
+                    Some(Ok(_)) => wire::response(id, b"{}"),
+                }
+            }
+            _ => {
+                let msg = format!("Method not found: {method}");
+                wire::error(Some(id), METHOD_NOT_FOUND, &msg)
+            }
+        };
+        Outcome::Reply(reply)
+    }
+
+    fn initialize(&self, id: &RawValue, params: Option<&RawValue>) -> Bytes {
+        let Some(params) = params else {
+            return missing_params(id, "initialize");
+        };
+        let p: InitializeParams<'_> = match serde_json::from_str(params.get()) {
+            Ok(p) => p,
+            Err(e) => return catalog::invalid_params(id, "initialize", &e),
+        };
+        let version = SUPPORTED_VERSIONS
+            .iter()
+            .copied()
+            .find(|v| *v == p.protocol_version)
+            .unwrap_or(SUPPORTED_VERSIONS[0]);
+        self.lock().protocol_version = Some(version);
+        let tail = &self.server.init_tail;
+        wire::response_with(id, tail.len() + 40, |buf| {
+            buf.extend_from_slice(b"{\"protocolVersion\":\"");
+            buf.extend_from_slice(version.as_bytes());
+            buf.extend_from_slice(tail);
+        })
+    }
+
+    fn call_tool(self: &Arc<Self>, id: &RawValue, params: Option<&RawValue>) -> Outcome {
+        let Some(params) = params else {
+            return Outcome::Reply(missing_params(id, "tools/call"));
+        };
+        let p: CallParams<'_> = match serde_json::from_str(params.get()) {
+            Ok(p) => p,
+            Err(e) => return Outcome::Reply(catalog::invalid_params(id, "tools/call", &e)),
+        };
+        if let Some(args) = p.arguments
+            && !args.get().starts_with('{')
+        {
+            let msg = "Invalid params for tools/call: `arguments` must be an object";
+            return Outcome::Reply(wire::error(Some(id), INVALID_PARAMS, msg));
+        }
+        let token = p.meta.and_then(|m| m.progress_token);
+        if let Some(t) = token
+            && (t.get() == "null" || !wire::is_valid_id(t))
+        {
+            let msg = "Invalid params for tools/call: `_meta.progressToken` must be a string or an integer";
+            return Outcome::Reply(wire::error(Some(id), INVALID_PARAMS, msg));
+        }
+        let run = tools::call(&p.name, p.arguments, self.transport, self.server.test_tools);
+        match run {
+            Err(()) => {
+                let msg = format!("Unknown tool: {}", p.name);
+                Outcome::Reply(wire::error(Some(id), INVALID_PARAMS, &msg))
+            }
+            Ok(ToolRun::Text(text)) => Outcome::Reply(wire::tool_text(id, &text, false)),
+            Ok(ToolRun::Failed(text)) => Outcome::Reply(wire::tool_text(id, &text, true)),
+            Ok(ToolRun::Exit(code)) => Outcome::Exit(code),
+            Ok(ToolRun::Sleep { ms, steps }) => {
+                match Deferred::start(self, id, token.filter(|_| steps > 0), ms, steps) {
+                    Ok(work) => Outcome::Deferred(work),
+                    Err(reply) => Outcome::Reply(reply),
+                }
+            }
+        }
+    }
+
+    /// Records an in-flight request under `key`; `None` if one with that id is still running.
+    pub(crate) fn register(&self, key: IdKey) -> Option<(u64, oneshot::Receiver<()>)> {
+        let mut st = self.lock();
+        if st.in_flight.contains_key(&key) {
+            return None;
+        }
+        st.next_generation += 1;
+        let generation = st.next_generation;
+        let (cancel, cancelled) = oneshot::channel();
+        st.in_flight.insert(key, InFlight { generation, cancel });
+        Some((generation, cancelled))
+    }
+
+    /// Forgets the in-flight request registered as (`key`, `generation`), if still there.
+    pub(crate) fn forget(&self, key: &IdKey, generation: u64) {
+        let mut st = self.lock();
+        if st
+            .in_flight
+            .get(key)
+            .is_some_and(|f| f.generation == generation)
+        {
+            st.in_flight.remove(key);
+        }
+    }
+}
+
+fn missing_params(id: &RawValue, method: &str) -> Bytes {
+    let msg = format!("Invalid params for {method}: params object is required");
+    wire::error(Some(id), INVALID_PARAMS, &msg)
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("transport", &self.transport)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,240 @@
+//! The demo's tools: their `tools/list` definitions and argument checking / execution of the
+//! synchronous ones (the `sleep` timing itself lives in the session core).
+
+use std::borrow::Cow;
+use std::io::Write as _;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+use super::wire::serde_message;
+
+/// Longest `sleep` accepted (one day), so deadlines never overflow.
+pub(crate) const MAX_SLEEP_MS: u64 = 86_400_000;
+/// Most progress notifications one `sleep` may ask for.
+pub(crate) const MAX_SLEEP_STEPS: u64 = 10_000;
+
+/// Which transport a session runs over; some test tools only make sense over stdio.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transport {
+    Stdio,
+    Http,
+}
+
+/// What a `tools/call` turned into.
+#[derive(Debug, PartialEq)]
+pub(crate) enum ToolRun {
+    /// A successful result with one text block.
+    Text(String),
+    /// A tool execution error (`isError: true`) with one text block.
+    Failed(String),
+    /// Wait `ms` in total, reporting `steps` progress notifications if the caller asked.
+    Sleep { ms: u64, steps: u64 },
+    /// Terminate the process with this exit code, without answering.
+    Exit(i32),
+}
+
+/// The `tools/list` result, encoded once per server.
+pub(crate) fn list_result(test_tools: bool) -> Vec<u8> {
+    let mut tools = vec![
+        json!({
+            "name": "echo",
+            "title": "Echo",
+            "description": "Returns the given message unchanged.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"message": {"type": "string", "description": "Text to return."}},
+                "required": ["message"],
+                "additionalProperties": false
+            }
+        }),
+        json!({
+            "name": "add",
+            "title": "Add",
+            "description": "Adds two numbers and returns the sum as text.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "a": {"type": "number", "description": "First addend."},
+                    "b": {"type": "number", "description": "Second addend."}
+                },
+                "required": ["a", "b"],
+                "additionalProperties": false
+            }
+        }),
+        json!({
+            "name": "sleep",
+            "title": "Sleep",
+            "description": "Waits `ms` milliseconds, then answers \"slept <ms>ms\". With a \
+                progressToken and `steps` > 0, sends `steps` evenly spaced progress \
+                notifications. Honors cancellation.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "ms": {"type": "integer", "minimum": 0, "maximum": MAX_SLEEP_MS,
+                           "description": "Total time to wait, in milliseconds."},
+                    "steps": {"type": "integer", "minimum": 0, "maximum": MAX_SLEEP_STEPS,
+                              "default": 0, "description": "Number of progress notifications."}
+                },
+                "required": ["ms"],
+                "additionalProperties": false
+            }
+        }),
+    ];
+    if test_tools {
+        tools.push(json!({
+            "name": "crash",
+            "title": "Crash (test only)",
+            "description": "Exits the server process immediately with `exit_code`, without \
+                answering. Only works over stdio.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "exit_code": {"type": "integer", "minimum": 0, "maximum": 255, "default": 3,
+                                  "description": "Process exit code."}
+                },
+                "additionalProperties": false
+            }
+        }));
+        tools.push(json!({
+            "name": "stderr",
+            "title": "Write to stderr (test only)",
+            "description": "Writes `text` as one line to the server's stderr and answers \"ok\".",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"text": {"type": "string", "description": "Line to write."}},
+                "required": ["text"],
+                "additionalProperties": false
+            }
+        }));
+        tools.push(json!({
+            "name": "pid",
+            "title": "Process id (test only)",
+            "description": "Answers the server's operating-system process id.",
+            "inputSchema": {"type": "object", "additionalProperties": false}
+        }));
+    }
+    serde_json::to_vec(&json!({ "tools": Value::Array(tools) }))
+        .expect("a serde_json::Value always serializes")
+}
+
+#[derive(Deserialize)]
+struct EchoArgs<'a> {
+    #[serde(borrow)]
+    message: Cow<'a, str>,
+}
+
+#[derive(Deserialize)]
+struct AddArgs {
+    a: serde_json::Number,
+    b: serde_json::Number,
+}
+
+#[derive(Deserialize)]
+struct SleepArgs {
+    ms: u64,
+    #[serde(default)]
+    steps: u64,
+}
+
+#[derive(Deserialize)]
+struct CrashArgs {
+    #[serde(default = "default_exit_code")]
+    exit_code: i64,
+}
+
+fn default_exit_code() -> i64 {
+    3
+}
+
+#[derive(Deserialize)]
+struct StderrArgs<'a> {
+    #[serde(borrow)]
+    text: Cow<'a, str>,
+}
+
+/// Runs tool `name`. `args` is the raw `arguments` object (already checked to be an object, or
+/// absent). `Err` means the tool does not exist (a protocol error, not a tool error).
+pub(crate) fn call(
+    name: &str,
+    args: Option<&RawValue>,
+    transport: Transport,
+    test_tools: bool,
+) -> Result<ToolRun, ()> {
+    let args = args.map_or("{}", RawValue::get);
+    let run = match name {
+        "echo" => match serde_json::from_str::<EchoArgs<'_>>(args) {
+            Ok(a) => ToolRun::Text(a.message.into_owned()),
+            Err(e) => bad_args(name, &e),
+        },
+        "add" => match serde_json::from_str::<AddArgs>(args) {
+            Ok(a) => add(&a.a, &a.b),
+            Err(e) => bad_args(name, &e),
+        },
+        "sleep" => match serde_json::from_str::<SleepArgs>(args) {
+            Ok(a) if a.ms > MAX_SLEEP_MS => ToolRun::Failed(format!(
+                "Invalid arguments for tool sleep: ms must be at most {MAX_SLEEP_MS}"
+            )),
+            Ok(a) if a.steps > MAX_SLEEP_STEPS => ToolRun::Failed(format!(
+                "Invalid arguments for tool sleep: steps must be at most {MAX_SLEEP_STEPS}"
+            )),
+            Ok(a) => ToolRun::Sleep {
+                ms: a.ms,
+                steps: a.steps,
+            },
+            Err(e) => bad_args(name, &e),
+        },
+        "crash" if test_tools => match serde_json::from_str::<CrashArgs>(args) {
+            Ok(_) if transport != Transport::Stdio => ToolRun::Failed(
+                "The crash tool only works when the demo server runs over stdio".to_owned(),
+            ),
+            Ok(a) => match i32::try_from(a.exit_code) {
+                Ok(code @ 0..=255) => ToolRun::Exit(code),
+                _ => ToolRun::Failed(
+                    "Invalid arguments for tool crash: exit_code must be between 0 and 255"
+                        .to_owned(),
+                ),
+            },
+            Err(e) => bad_args(name, &e),
+        },
+        "stderr" if test_tools => match serde_json::from_str::<StderrArgs<'_>>(args) {
+            Ok(a) => {
+                let mut line = Vec::with_capacity(a.text.len() + 1);
+                line.extend_from_slice(a.text.as_bytes());
+                line.push(b'\n');
+                // One write call so concurrent lines do not interleave; a closed stderr is not
+                // the caller's problem.
+                let _ = std::io::stderr().lock().write_all(&line);
+                ToolRun::Text("ok".to_owned())
+            }
+            Err(e) => bad_args(name, &e),
+        },
+        "pid" if test_tools => ToolRun::Text(std::process::id().to_string()),
+        _ => return Err(()),
+    };
+    Ok(run)
+}
+
+fn bad_args(tool: &str, e: &serde_json::Error) -> ToolRun {
+    ToolRun::Failed(format!(
+        "Invalid arguments for tool {tool}: {}",
+        serde_message(e)
+    ))
+}
+
+/// Integer sums stay exact (no ".0"); anything else is added as f64, whose `Display` also
+/// prints whole numbers without a fraction.
+fn add(a: &serde_json::Number, b: &serde_json::Number) -> ToolRun {
+    if let (Some(x), Some(y)) = (a.as_i64(), b.as_i64())
+        && let Some(sum) = x.checked_add(y)
+    {
+        return ToolRun::Text(sum.to_string());
+    }
+    let sum = a.as_f64().unwrap_or(f64::NAN) + b.as_f64().unwrap_or(f64::NAN);
+    if sum.is_finite() {
+        ToolRun::Text(sum.to_string())
+    } else {
+        ToolRun::Failed("The sum is not a finite number".to_owned())
+    }
+}

@@ -1,0 +1,220 @@
+//! `GatewayError`: every failure a client can see, and the single mapping from it to an HTTP
+//! status and a JSON-RPC error. Messages are safe to show (no secrets, no internals); details
+//! that only operators need go to the logs where the error is raised.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderValue, Response, StatusCode, header};
+use bytes::Bytes;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::jsonrpc::{self, code};
+use crate::protocol::ProtocolVersion;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GatewayError {
+    // ---- Transport level: an HTTP error status with a JSON-RPC error body.
+    #[error("Not Acceptable: the Accept header must list {expected}")]
+    NotAcceptable { expected: &'static str },
+    #[error("Unsupported Media Type: Content-Type must be application/json")]
+    UnsupportedMediaType,
+    #[error("Payload Too Large: the request body exceeds {limit} bytes")]
+    BodyTooLarge { limit: usize },
+    #[error("Parse error: {0}")]
+    Parse(String),
+    #[error("Invalid Request: {0}")]
+    InvalidRequest(String),
+    #[error("Invalid Request: JSON-RPC batches are not supported by this endpoint")]
+    BatchNotSupported,
+    #[error("Bad Request: unsupported MCP-Protocol-Version {requested:?}")]
+    UnsupportedProtocolVersion { requested: String },
+    #[error("Bad Request: {0}")]
+    BadHeader(String),
+    #[error("Bad Request: Mcp-Session-Id header is required")]
+    SessionRequired,
+    #[error("Session not found")]
+    SessionNotFound,
+    #[error("Method Not Allowed")]
+    MethodNotAllowed,
+    #[error("Service Unavailable: the gateway is shutting down")]
+    ShuttingDown,
+
+    // ---- Request level: HTTP 200 with a JSON-RPC error response carrying the request id.
+    #[error("Method not found: {0}")]
+    MethodNotFound(String),
+    #[error("{0}")]
+    InvalidParams(String),
+    #[error("Session not initialized: send notifications/initialized before other requests")]
+    NotInitialized,
+    #[error("Session already initialized: start a new session to initialize again")]
+    AlreadyInitialized,
+    #[error("upstream {upstream:?} is unavailable: {reason}")]
+    UpstreamUnavailable { upstream: String, reason: String },
+    #[error("upstream {upstream:?} did not answer within {}", humanize(*after))]
+    UpstreamTimeout { upstream: String, after: Duration },
+    #[error("upstream {upstream:?} closed the connection before answering: {reason}")]
+    UpstreamClosed { upstream: String, reason: String },
+    #[error("upstream {upstream:?} sent an invalid response: {reason}")]
+    UpstreamProtocol { upstream: String, reason: String },
+    #[error("Request cancelled")]
+    Cancelled,
+    #[error("Internal error")]
+    Internal,
+}
+
+fn humanize(d: Duration) -> String {
+    if d.as_millis().is_multiple_of(1000) {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+impl GatewayError {
+    /// The HTTP status this error is answered with.
+    pub fn status(&self) -> StatusCode {
+        use GatewayError::*;
+        match self {
+            NotAcceptable { .. } => StatusCode::NOT_ACCEPTABLE,
+            UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Parse(_)
+            | InvalidRequest(_)
+            | BatchNotSupported
+            | UnsupportedProtocolVersion { .. }
+            | BadHeader(_)
+            | SessionRequired => StatusCode::BAD_REQUEST,
+            SessionNotFound => StatusCode::NOT_FOUND,
+            MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            MethodNotFound(_)
+            | InvalidParams(_)
+            | NotInitialized
+            | AlreadyInitialized
+            | UpstreamUnavailable { .. }
+            | UpstreamTimeout { .. }
+            | UpstreamClosed { .. }
+            | UpstreamProtocol { .. }
+            | Cancelled
+            | Internal => StatusCode::OK,
+        }
+    }
+
+    /// The JSON-RPC error code.
+    pub fn code(&self) -> i64 {
+        use GatewayError::*;
+        match self {
+            Parse(_) => code::PARSE_ERROR,
+            UnsupportedProtocolVersion { .. } => code::UNSUPPORTED_PROTOCOL_VERSION,
+            SessionNotFound => code::SESSION_NOT_FOUND,
+            NotAcceptable { .. }
+            | UnsupportedMediaType
+            | BodyTooLarge { .. }
+            | InvalidRequest(_)
+            | BatchNotSupported
+            | BadHeader(_)
+            | SessionRequired
+            | MethodNotAllowed
+            | NotInitialized
+            | AlreadyInitialized => code::INVALID_REQUEST,
+            ShuttingDown => code::CONNECTION_CLOSED,
+            MethodNotFound(_) => code::METHOD_NOT_FOUND,
+            InvalidParams(_) => code::INVALID_PARAMS,
+            UpstreamUnavailable { .. } => code::UPSTREAM_UNAVAILABLE,
+            UpstreamTimeout { .. } => code::REQUEST_TIMEOUT,
+            UpstreamClosed { .. } => code::CONNECTION_CLOSED,
+            UpstreamProtocol { .. } | Internal => code::INTERNAL_ERROR,
+            Cancelled => code::REQUEST_CANCELLED,
+        }
+    }
+
+    /// Structured `data` for errors where a client can act on it.
+    pub fn data(&self) -> Option<Value> {
+        match self {
+            GatewayError::UnsupportedProtocolVersion { requested } => Some(serde_json::json!({
+                "supported": ProtocolVersion::served_list(),
+                "requested": requested,
+            })),
+            GatewayError::UpstreamUnavailable { upstream, .. }
+            | GatewayError::UpstreamTimeout { upstream, .. }
+            | GatewayError::UpstreamClosed { upstream, .. }
+            | GatewayError::UpstreamProtocol { upstream, .. } => {
+                Some(serde_json::json!({ "upstream": upstream }))
+            }
+            _ => None,
+        }
+    }
+
+    /// The JSON-RPC error response body for this error.
+    pub fn to_jsonrpc(&self, id: Option<&RawValue>) -> Bytes {
+        jsonrpc::error_response(id, self.code(), &self.to_string(), self.data().as_ref())
+    }
+
+    /// The full HTTP response: status, `application/json` JSON-RPC error body, and `Allow` for 405.
+    pub fn into_response(self, id: Option<&RawValue>) -> Response<Body> {
+        let body = self.to_jsonrpc(id);
+        let mut resp = Response::new(Body::from(body));
+        *resp.status_mut() = self.status();
+        let headers = resp.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if matches!(self, GatewayError::MethodNotAllowed) {
+            headers.insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+        }
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn transport_errors_map_to_http_statuses_with_null_id_bodies() {
+        let cases = [
+            (GatewayError::NotAcceptable { expected: "x" }, 406),
+            (GatewayError::UnsupportedMediaType, 415),
+            (GatewayError::BodyTooLarge { limit: 10 }, 413),
+            (GatewayError::SessionRequired, 400),
+            (GatewayError::SessionNotFound, 404),
+            (GatewayError::MethodNotAllowed, 405),
+        ];
+        for (err, status) in cases {
+            assert_eq!(err.status().as_u16(), status, "{err}");
+            let v: Value = serde_json::from_slice(&err.to_jsonrpc(None)).unwrap();
+            assert_eq!(v["id"], Value::Null);
+            assert_eq!(v["error"]["code"], err.code());
+        }
+    }
+
+    #[test]
+    fn unsupported_version_lists_served_versions() {
+        let err = GatewayError::UnsupportedProtocolVersion {
+            requested: "2026-07-28".into(),
+        };
+        let id = jsonrpc::raw_u64(1);
+        let v: Value = serde_json::from_slice(&err.to_jsonrpc(Some(&id))).unwrap();
+        assert_eq!(v["id"], 1);
+        assert_eq!(v["error"]["code"], -32022);
+        assert_eq!(v["error"]["data"]["requested"], "2026-07-28");
+        assert_eq!(v["error"]["data"]["supported"][0], "2025-11-25");
+    }
+
+    #[test]
+    fn timeout_message_names_upstream_and_duration() {
+        let err = GatewayError::UpstreamTimeout {
+            upstream: "slow".into(),
+            after: Duration::from_millis(1500),
+        };
+        assert_eq!(
+            err.to_string(),
+            "upstream \"slow\" did not answer within 1500ms"
+        );
+        assert_eq!(err.code(), -32001);
+    }
+}

@@ -1,0 +1,167 @@
+//! Header rules of the Streamable HTTP transport: `Accept`, `Content-Type`,
+//! `MCP-Protocol-Version` and `Mcp-Session-Id`, each checked to the letter.
+
+use axum::http::{HeaderMap, header};
+
+use crate::error::GatewayError;
+use crate::protocol::{ProtocolVersion, header as mcp};
+
+/// Whether the `Accept` header admits `mime` (`type/subtype`), honouring wildcards and `q=0`.
+pub fn accepts(headers: &HeaderMap, mime: &str) -> bool {
+    let (ty, _) = mime.split_once('/').unwrap_or((mime, ""));
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|range| {
+            let mut parts = range.split(';');
+            let media = parts.next().unwrap_or("").trim();
+            let refused = parts.any(|p| {
+                let p = p.trim();
+                p.strip_prefix("q=")
+                    .or_else(|| p.strip_prefix("Q="))
+                    .and_then(|q| q.trim().parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            if refused {
+                return false;
+            }
+            media.eq_ignore_ascii_case(mime)
+                || media == "*/*"
+                || media
+                    .strip_suffix("/*")
+                    .is_some_and(|t| t.eq_ignore_ascii_case(ty))
+        })
+}
+
+/// POST must accept both JSON and SSE answers.
+pub fn check_post_accept(headers: &HeaderMap) -> Result<(), GatewayError> {
+    if accepts(headers, "application/json") && accepts(headers, "text/event-stream") {
+        Ok(())
+    } else {
+        Err(GatewayError::NotAcceptable {
+            expected: "both application/json and text/event-stream",
+        })
+    }
+}
+
+/// GET opens an event stream, so it must accept one.
+pub fn check_get_accept(headers: &HeaderMap) -> Result<(), GatewayError> {
+    if accepts(headers, "text/event-stream") {
+        Ok(())
+    } else {
+        Err(GatewayError::NotAcceptable {
+            expected: "text/event-stream",
+        })
+    }
+}
+
+/// POST bodies are JSON (`application/json`, parameters such as charset allowed).
+pub fn check_content_type(headers: &HeaderMap) -> Result<(), GatewayError> {
+    let ok = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"));
+    if ok {
+        Ok(())
+    } else {
+        Err(GatewayError::UnsupportedMediaType)
+    }
+}
+
+/// The `MCP-Protocol-Version` header: absent → `None`; present → a version served here, else
+/// 400 (with the supported versions in the error data).
+pub fn protocol_version(headers: &HeaderMap) -> Result<Option<ProtocolVersion>, GatewayError> {
+    let mut values = headers.get_all(mcp::PROTOCOL_VERSION).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(GatewayError::BadHeader(
+            "MCP-Protocol-Version must appear once".into(),
+        ));
+    }
+    let text = value.to_str().unwrap_or("").trim();
+    match ProtocolVersion::parse(text) {
+        Some(v) if v.served_on_streamable_http() => Ok(Some(v)),
+        _ => Err(GatewayError::UnsupportedProtocolVersion {
+            requested: String::from_utf8_lossy(value.as_bytes())
+                .chars()
+                .take(64)
+                .collect(),
+        }),
+    }
+}
+
+/// The `Mcp-Session-Id` header, when present.
+pub fn session_id(headers: &HeaderMap) -> Result<Option<&str>, GatewayError> {
+    let mut values = headers.get_all(mcp::SESSION_ID).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(GatewayError::BadHeader(
+            "Mcp-Session-Id must appear once".into(),
+        ));
+    }
+    value
+        .to_str()
+        .map(Some)
+        .map_err(|_| GatewayError::BadHeader("Mcp-Session-Id must be visible ASCII".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn with(name: &'static str, value: &'static str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(name, HeaderValue::from_static(value));
+        h
+    }
+
+    #[test]
+    fn accept_rules() {
+        let both = with("accept", "application/json, text/event-stream");
+        assert!(check_post_accept(&both).is_ok());
+        assert!(check_post_accept(&with("accept", "application/json")).is_err());
+        assert!(check_post_accept(&with("accept", "*/*")).is_ok());
+        assert!(check_post_accept(&with("accept", "application/*, text/*")).is_ok());
+        assert!(check_post_accept(&HeaderMap::new()).is_err());
+        assert!(
+            check_post_accept(&with("accept", "application/json, text/event-stream;q=0")).is_err()
+        );
+        assert!(check_get_accept(&with("accept", "text/event-stream")).is_ok());
+        assert!(check_get_accept(&with("accept", "application/json")).is_err());
+    }
+
+    #[test]
+    fn content_type_rules() {
+        assert!(check_content_type(&with("content-type", "application/json")).is_ok());
+        assert!(
+            check_content_type(&with("content-type", "Application/JSON; charset=utf-8")).is_ok()
+        );
+        assert!(check_content_type(&with("content-type", "text/plain")).is_err());
+        assert!(check_content_type(&HeaderMap::new()).is_err());
+    }
+
+    #[test]
+    fn protocol_version_rules() {
+        assert_eq!(protocol_version(&HeaderMap::new()).ok(), Some(None));
+        assert_eq!(
+            protocol_version(&with("mcp-protocol-version", "2025-06-18")).ok(),
+            Some(Some(ProtocolVersion::V2025_06_18))
+        );
+        assert!(matches!(
+            protocol_version(&with("mcp-protocol-version", "2026-07-28")),
+            Err(GatewayError::UnsupportedProtocolVersion { .. })
+        ));
+        assert!(matches!(
+            protocol_version(&with("mcp-protocol-version", "banana")),
+            Err(GatewayError::UnsupportedProtocolVersion { .. })
+        ));
+    }
+}

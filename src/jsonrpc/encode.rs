@@ -1,0 +1,95 @@
+//! Writing JSON-RPC messages from raw parts: the payload bytes are copied, never re-serialized.
+
+use bytes::Bytes;
+use serde_json::value::RawValue;
+
+use super::Outcome;
+
+fn push_str_json(buf: &mut Vec<u8>, s: &str) {
+    serde_json::to_writer(&mut *buf, s).expect("writing to a Vec cannot fail");
+}
+
+/// `{"jsonrpc":"2.0","id":<id>,"method":<method>,"params":<params>}`
+pub fn request(id: &RawValue, method: &str, params: Option<&RawValue>) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(64 + method.len() + params.map_or(0, |p| p.get().len()));
+    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    buf.extend_from_slice(id.get().as_bytes());
+    buf.extend_from_slice(b",\"method\":");
+    push_str_json(&mut buf, method);
+    if let Some(p) = params {
+        buf.extend_from_slice(b",\"params\":");
+        buf.extend_from_slice(p.get().as_bytes());
+    }
+    buf.push(b'}');
+    buf
+}
+
+/// `{"jsonrpc":"2.0","method":<method>,"params":<params>}`
+pub fn notification(method: &str, params: Option<&RawValue>) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(48 + method.len() + params.map_or(0, |p| p.get().len()));
+    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+    push_str_json(&mut buf, method);
+    if let Some(p) = params {
+        buf.extend_from_slice(b",\"params\":");
+        buf.extend_from_slice(p.get().as_bytes());
+    }
+    buf.push(b'}');
+    buf
+}
+
+/// A response carrying `outcome` under a (new) id.
+pub fn response_with_id(id: &RawValue, outcome: Outcome<'_>) -> Vec<u8> {
+    let (key, raw): (&[u8], &RawValue) = match outcome {
+        Outcome::Result(r) => (b",\"result\":", r),
+        Outcome::Error(e) => (b",\"error\":", e),
+    };
+    let mut buf = Vec::with_capacity(40 + id.get().len() + raw.get().len());
+    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    buf.extend_from_slice(id.get().as_bytes());
+    buf.extend_from_slice(key);
+    buf.extend_from_slice(raw.get().as_bytes());
+    buf.push(b'}');
+    buf
+}
+
+/// `{"jsonrpc":"2.0","id":<id>,"result":<result bytes>}` where `result` is already JSON.
+pub fn result_response(id: &RawValue, result_json: &[u8]) -> Bytes {
+    let mut buf = Vec::with_capacity(40 + id.get().len() + result_json.len());
+    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    buf.extend_from_slice(id.get().as_bytes());
+    buf.extend_from_slice(b",\"result\":");
+    buf.extend_from_slice(result_json);
+    buf.push(b'}');
+    Bytes::from(buf)
+}
+
+/// The `error` object: `{"code":..,"message":..,"data":..}`.
+pub fn error_body(code: i64, message: &str, data: Option<&serde_json::Value>) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(48 + message.len());
+    buf.extend_from_slice(b"{\"code\":");
+    buf.extend_from_slice(code.to_string().as_bytes());
+    buf.extend_from_slice(b",\"message\":");
+    push_str_json(&mut buf, message);
+    if let Some(d) = data {
+        buf.extend_from_slice(b",\"data\":");
+        serde_json::to_writer(&mut buf, d).expect("writing to a Vec cannot fail");
+    }
+    buf.push(b'}');
+    buf
+}
+
+/// An error response; `id` is `null` when the request's id is unknown.
+pub fn error_response(
+    id: Option<&RawValue>,
+    code: i64,
+    message: &str,
+    data: Option<&serde_json::Value>,
+) -> Bytes {
+    let mut buf = Vec::with_capacity(80 + message.len());
+    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    buf.extend_from_slice(id.map_or("null", |i| i.get()).as_bytes());
+    buf.extend_from_slice(b",\"error\":");
+    buf.extend_from_slice(&error_body(code, message, data));
+    buf.push(b'}');
+    Bytes::from(buf)
+}

@@ -1,0 +1,69 @@
+//! JSON-RPC 2.0 envelopes: borrowed parsing that keeps `params`, `result` and `error` as raw
+//! JSON, and writers that re-emit a message with only the gateway-owned fields changed.
+//! Pure: no IO, no async.
+
+mod encode;
+mod object;
+mod parse;
+
+pub use encode::{
+    error_body, error_response, notification, request, response_with_id, result_response,
+};
+pub use object::RawObject;
+pub use parse::{Message, Notification, Outcome, ParseError, Request, Response, parse};
+
+use serde_json::value::RawValue;
+
+/// Standard and MCP error codes the gateway emits.
+pub mod code {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// The upstream connection closed (process exited, stream broke) before answering.
+    pub const CONNECTION_CLOSED: i64 = -32000;
+    /// No response within the upstream's timeout (the TS/Python SDK convention), also used in
+    /// 404 bodies as "Session not found" by the SDKs; the two never share a context.
+    pub const REQUEST_TIMEOUT: i64 = -32001;
+    pub const SESSION_NOT_FOUND: i64 = -32001;
+    /// The upstream could not be reached or initialized.
+    pub const UPSTREAM_UNAVAILABLE: i64 = -32010;
+    /// The request was cancelled by the client before a response was produced.
+    pub const REQUEST_CANCELLED: i64 = -32800;
+    /// 2026-07-28 `UnsupportedProtocolVersionError`.
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+}
+
+/// An owned request id as it appeared on the wire (`17` or `"abc"`), kept verbatim so it can be
+/// echoed back byte for byte.
+pub type OwnedId = Box<RawValue>;
+
+/// Whether `raw` is a valid MCP request id: a JSON string or an integer (no fraction, no exponent).
+pub fn is_valid_id(raw: &RawValue) -> bool {
+    let s = raw.get().as_bytes();
+    match s.first() {
+        Some(b'"') => true,
+        Some(b'-' | b'0'..=b'9') => s.iter().all(|b| matches!(b, b'-' | b'0'..=b'9')),
+        _ => false,
+    }
+}
+
+/// Owned copy of a raw JSON value.
+pub fn to_owned_raw(raw: &RawValue) -> Box<RawValue> {
+    raw.to_owned()
+}
+
+/// Raw JSON for an unsigned integer id.
+pub fn raw_u64(n: u64) -> Box<RawValue> {
+    RawValue::from_string(n.to_string()).expect("an integer is valid JSON")
+}
+
+/// Raw JSON for a string (quoted and escaped).
+pub fn raw_string(s: &str) -> Box<RawValue> {
+    RawValue::from_string(serde_json::to_string(s).expect("strings always serialize"))
+        .expect("a serialized string is valid JSON")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,141 @@
+//! `RawObject`: a JSON object whose member values stay raw, for editing one or two members
+//! (an id, a name, a progress token) while every other byte passes through untouched.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// Members in their original order; values borrowed from the input until replaced.
+#[derive(Debug, Clone, Default)]
+pub struct RawObject<'a> {
+    members: Vec<(Cow<'a, str>, Cow<'a, RawValue>)>,
+}
+
+impl<'a> RawObject<'a> {
+    /// Parses `raw`, which must be a JSON object.
+    pub fn parse(raw: &'a RawValue) -> Result<RawObject<'a>, serde_json::Error> {
+        serde_json::from_str(raw.get())
+    }
+
+    pub fn get(&self, key: &str) -> Option<&RawValue> {
+        self.members
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_ref())
+    }
+
+    /// A member that is a JSON string, decoded.
+    pub fn get_str(&self, key: &str) -> Option<Cow<'_, str>> {
+        let raw = self.get(key)?;
+        serde_json::from_str::<Cow<'_, str>>(raw.get()).ok()
+    }
+
+    /// Replaces the member `key` (keeping its position) or appends it.
+    pub fn set(&mut self, key: &'a str, value: Box<RawValue>) {
+        match self.members.iter_mut().find(|(k, _)| k == key) {
+            Some((_, v)) => *v = Cow::Owned(value),
+            None => self.members.push((Cow::Borrowed(key), Cow::Owned(value))),
+        }
+    }
+
+    /// Removes and returns the member `key`.
+    pub fn remove(&mut self, key: &str) -> Option<Cow<'a, RawValue>> {
+        let pos = self.members.iter().position(|(k, _)| k == key)?;
+        Some(self.members.remove(pos).1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Serializes back to JSON; untouched members are copied byte for byte.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let cap = self
+            .members
+            .iter()
+            .map(|(k, v)| k.len() + v.get().len() + 4)
+            .sum::<usize>()
+            + 2;
+        let mut buf = Vec::with_capacity(cap);
+        buf.push(b'{');
+        for (i, (k, v)) in self.members.iter().enumerate() {
+            if i > 0 {
+                buf.push(b',');
+            }
+            serde_json::to_writer(&mut buf, k.as_ref()).expect("writing to a Vec cannot fail");
+            buf.push(b':');
+            buf.extend_from_slice(v.get().as_bytes());
+        }
+        buf.push(b'}');
+        buf
+    }
+
+    pub fn to_raw(&self) -> Box<RawValue> {
+        let text = String::from_utf8(self.to_vec()).expect("JSON output is UTF-8");
+        RawValue::from_string(text).expect("members were valid JSON")
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for RawObject<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = RawObject<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(4));
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    let value: &'de RawValue = map.next_value()?;
+                    members.push((key, Cow::Borrowed(value)));
+                }
+                Ok(RawObject { members })
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn edits_one_member_and_keeps_the_rest_verbatim() {
+        let raw = RawValue::from_string(
+            r#"{"name":"a__echo", "arguments": {"x":  1.0}, "_meta":{"k":"v"}}"#.into(),
+        )
+        .unwrap();
+        let mut obj = RawObject::parse(&raw).unwrap();
+        assert_eq!(obj.get_str("name").as_deref(), Some("a__echo"));
+        obj.set("name", crate::jsonrpc::raw_string("echo"));
+        assert_eq!(
+            String::from_utf8(obj.to_vec()).unwrap(),
+            r#"{"name":"echo","arguments":{"x":  1.0},"_meta":{"k":"v"}}"#
+        );
+        obj.remove("_meta");
+        obj.set("z", crate::jsonrpc::raw_u64(3));
+        assert_eq!(
+            obj.to_raw().get(),
+            r#"{"name":"echo","arguments":{"x":  1.0},"z":3}"#
+        );
+    }
+
+    #[test]
+    fn escaped_keys_round_trip() {
+        let raw = RawValue::from_string(r#"{"a\"b":1}"#.into()).unwrap();
+        let obj = RawObject::parse(&raw).unwrap();
+        assert_eq!(obj.get("a\"b").unwrap().get(), "1");
+        assert_eq!(obj.to_raw().get(), r#"{"a\"b":1}"#);
+    }
+
+    #[test]
+    fn non_objects_are_errors() {
+        let raw = RawValue::from_string("[1]".into()).unwrap();
+        assert!(RawObject::parse(&raw).is_err());
+    }
+}

@@ -1,0 +1,170 @@
+//! Parsing one JSON-RPC message into a borrowed envelope without touching its payload.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::is_valid_id;
+
+/// One parsed JSON-RPC message borrowing from the input buffer.
+#[derive(Debug)]
+pub enum Message<'a> {
+    Request(Request<'a>),
+    Notification(Notification<'a>),
+    Response(Response<'a>),
+}
+
+#[derive(Debug)]
+pub struct Request<'a> {
+    pub id: &'a RawValue,
+    pub method: Cow<'a, str>,
+    pub params: Option<&'a RawValue>,
+}
+
+#[derive(Debug)]
+pub struct Notification<'a> {
+    pub method: Cow<'a, str>,
+    pub params: Option<&'a RawValue>,
+}
+
+#[derive(Debug)]
+pub struct Response<'a> {
+    pub id: &'a RawValue,
+    pub outcome: Outcome<'a>,
+}
+
+/// The `result` or `error` member of a response, raw.
+#[derive(Debug, Clone, Copy)]
+pub enum Outcome<'a> {
+    Result(&'a RawValue),
+    Error(&'a RawValue),
+}
+
+/// Why a message could not be parsed. `InvalidRequest` keeps the id when one was readable so
+/// the error response can carry it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParseError {
+    /// Not JSON at all (JSON-RPC -32700).
+    NotJson(String),
+    /// A JSON array: a batch.
+    Batch,
+    /// JSON, but not a valid JSON-RPC 2.0 message (-32600).
+    InvalidRequest {
+        reason: &'static str,
+        id: Option<String>,
+    },
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    jsonrpc: Option<Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    error: Option<&'a RawValue>,
+}
+
+/// Keeps a member that is present, even when it is `null` (plain `Option` would erase it).
+fn present<'de, D>(d: D) -> Result<Option<&'de RawValue>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+/// Parses one JSON-RPC 2.0 message. Leading/trailing whitespace is allowed.
+pub fn parse(input: &[u8]) -> Result<Message<'_>, ParseError> {
+    let first = input.iter().find(|b| !b.is_ascii_whitespace());
+    match first {
+        Some(b'[') => return Err(ParseError::Batch),
+        Some(b'{') => {}
+        Some(_) | None => {
+            // Let serde produce the precise message for non-objects and garbage.
+            return match serde_json::from_slice::<&RawValue>(input) {
+                Err(e) => Err(ParseError::NotJson(e.to_string())),
+                Ok(_) => Err(ParseError::InvalidRequest {
+                    reason: "a JSON-RPC message must be a JSON object",
+                    id: None,
+                }),
+            };
+        }
+    }
+    let env: Envelope<'_> = match serde_json::from_slice(input) {
+        Ok(env) => env,
+        Err(e) if e.is_syntax() || e.is_eof() => return Err(ParseError::NotJson(e.to_string())),
+        Err(_) => {
+            return Err(ParseError::InvalidRequest {
+                reason: "members have the wrong JSON types",
+                id: None,
+            });
+        }
+    };
+    let id_text = env.id.map(|id| id.get().to_owned());
+    let invalid = |reason| ParseError::InvalidRequest {
+        reason,
+        id: id_text.clone(),
+    };
+    if env.jsonrpc.as_deref() != Some("2.0") {
+        return Err(invalid("`jsonrpc` must be \"2.0\""));
+    }
+    if let Some(params) = env.params {
+        let b = params.get().as_bytes().first();
+        if !matches!(b, Some(b'{' | b'[')) {
+            return Err(invalid("`params` must be an object or an array"));
+        }
+    }
+    match (env.method, env.id, env.result, env.error) {
+        (Some(method), Some(id), None, None) => {
+            if !is_valid_id(id) {
+                return Err(invalid("`id` must be a string or an integer"));
+            }
+            Ok(Message::Request(Request {
+                id,
+                method,
+                params: env.params,
+            }))
+        }
+        (Some(method), None, None, None) => Ok(Message::Notification(Notification {
+            method,
+            params: env.params,
+        })),
+        (None, Some(id), Some(result), None) => Ok(Message::Response(Response {
+            id,
+            outcome: Outcome::Result(result),
+        })),
+        (None, Some(id), None, Some(error)) => {
+            if !error.get().starts_with('{') {
+                return Err(invalid("`error` must be an object"));
+            }
+            Ok(Message::Response(Response {
+                id,
+                outcome: Outcome::Error(error),
+            }))
+        }
+        (Some(_), _, _, _) => Err(invalid("a request must not carry `result` or `error`")),
+        (None, _, Some(_), Some(_)) => {
+            Err(invalid("a response carries `result` or `error`, not both"))
+        }
+        (None, None, _, _) => Err(invalid("a message needs `method` or `id`")),
+        (None, Some(_), None, None) => Err(invalid("a response needs `result` or `error`")),
+    }
+}
+
+impl Message<'_> {
+    /// The method name of a request or notification.
+    pub fn method(&self) -> Option<&str> {
+        match self {
+            Message::Request(r) => Some(&r.method),
+            Message::Notification(n) => Some(&n.method),
+            Message::Response(_) => None,
+        }
+    }
+}

@@ -1,0 +1,104 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+
+fn req(input: &str) -> (String, String, Option<String>) {
+    match parse(input.as_bytes()).unwrap() {
+        Message::Request(r) => (
+            r.id.get().to_owned(),
+            r.method.into_owned(),
+            r.params.map(|p| p.get().to_owned()),
+        ),
+        other => panic!("expected request, got {other:?}"),
+    }
+}
+
+#[test]
+fn request_keeps_params_bytes_verbatim() {
+    let (id, method, params) = req(
+        r#"{"jsonrpc":"2.0","id":"a-1","method":"tools/call","params":{"name":"x", "arguments":{"b":  1.50}}}"#,
+    );
+    assert_eq!(id, r#""a-1""#);
+    assert_eq!(method, "tools/call");
+    assert_eq!(params.unwrap(), r#"{"name":"x", "arguments":{"b":  1.50}}"#);
+}
+
+#[test]
+fn classifies_notifications_and_responses() {
+    assert!(matches!(
+        parse(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap(),
+        Message::Notification(_)
+    ));
+    match parse(br#"{"jsonrpc":"2.0","id":7,"result":{}}"#).unwrap() {
+        Message::Response(r) => {
+            assert_eq!(r.id.get(), "7");
+            assert!(matches!(r.outcome, Outcome::Result(x) if x.get() == "{}"));
+        }
+        other => panic!("{other:?}"),
+    }
+    match parse(br#"{"jsonrpc":"2.0","id":7,"error":{"code":-1,"message":"m"}}"#).unwrap() {
+        Message::Response(r) => assert!(matches!(r.outcome, Outcome::Error(_))),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn rejects_invalid_messages_with_reasons() {
+    assert!(matches!(parse(b"{nope"), Err(ParseError::NotJson(_))));
+    assert!(matches!(parse(b""), Err(ParseError::NotJson(_))));
+    assert_eq!(parse(b"[{}]").unwrap_err(), ParseError::Batch);
+    assert!(matches!(
+        parse(b"42"),
+        Err(ParseError::InvalidRequest { id: None, .. })
+    ));
+    let e = parse(br#"{"jsonrpc":"1.0","id":3,"method":"ping"}"#).unwrap_err();
+    assert_eq!(
+        e,
+        ParseError::InvalidRequest {
+            reason: "`jsonrpc` must be \"2.0\"",
+            id: Some("3".into())
+        }
+    );
+    for bad_id in ["null", "1.5", "true", "{}", "1e3"] {
+        let input = format!(r#"{{"jsonrpc":"2.0","id":{bad_id},"method":"ping"}}"#);
+        assert!(
+            matches!(
+                parse(input.as_bytes()),
+                Err(ParseError::InvalidRequest { .. })
+            ),
+            "{bad_id}"
+        );
+    }
+    assert!(matches!(
+        parse(br#"{"jsonrpc":"2.0","id":1,"method":"x","params":3}"#),
+        Err(ParseError::InvalidRequest { .. })
+    ));
+    assert!(matches!(
+        parse(br#"{"jsonrpc":"2.0","id":1,"result":{},"error":{}}"#),
+        Err(ParseError::InvalidRequest { .. })
+    ));
+    assert!(matches!(
+        parse(br#"{"jsonrpc":"2.0","method":5}"#),
+        Err(ParseError::InvalidRequest { .. })
+    ));
+}
+
+#[test]
+fn writers_copy_raw_parts() {
+    let params = RawValue::from_string(r#"{"a": [1, 2]}"#.into()).unwrap();
+    let out = request(&raw_u64(9), "tools/call", Some(&params));
+    assert_eq!(
+        std::str::from_utf8(&out).unwrap(),
+        r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"a": [1, 2]}}"#
+    );
+    let result = RawValue::from_string(r#"{"x" : 1}"#.into()).unwrap();
+    let out = response_with_id(&raw_string("c\"1"), Outcome::Result(&result));
+    assert_eq!(
+        std::str::from_utf8(&out).unwrap(),
+        r#"{"jsonrpc":"2.0","id":"c\"1","result":{"x" : 1}}"#
+    );
+    let e = error_response(None, code::PARSE_ERROR, "bad \"json\"", None);
+    let v: serde_json::Value = serde_json::from_slice(&e).unwrap();
+    assert_eq!(v["id"], serde_json::Value::Null);
+    assert_eq!(v["error"]["message"], "bad \"json\"");
+}

@@ -1,0 +1,16 @@
+//! Switchyard: a multi-tenant MCP gateway. One Streamable HTTP endpoint per tenant in front of
+//! many upstream MCP servers (stdio child processes and remote Streamable HTTP servers).
+//! See ARCHITECTURE.md for the request path and the code map.
+
+pub mod app;
+pub mod config;
+pub mod demo;
+pub mod error;
+pub mod gateway;
+pub mod http;
+pub mod jsonrpc;
+pub mod protocol;
+pub mod router;
+pub mod session;
+pub mod tenant;
+pub mod upstream;

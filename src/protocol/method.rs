@@ -1,0 +1,52 @@
+//! The closed set of MCP methods the gateway treats specially; everything else is `Other`.
+
+/// A client-to-server request or notification method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method<'a> {
+    Initialize,
+    Ping,
+    ServerDiscover,
+    ToolsList,
+    ToolsCall,
+    PromptsList,
+    PromptsGet,
+    ResourcesList,
+    ResourcesTemplatesList,
+    ResourcesRead,
+    ResourcesSubscribe,
+    ResourcesUnsubscribe,
+    CompletionComplete,
+    LoggingSetLevel,
+    NotificationsInitialized,
+    NotificationsCancelled,
+    NotificationsProgress,
+    NotificationsRootsListChanged,
+    /// Any other method (extensions, tasks, future methods).
+    Other(&'a str),
+}
+
+impl<'a> Method<'a> {
+    pub fn from_name(name: &'a str) -> Method<'a> {
+        match name {
+            "initialize" => Method::Initialize,
+            "ping" => Method::Ping,
+            "server/discover" => Method::ServerDiscover,
+            "tools/list" => Method::ToolsList,
+            "tools/call" => Method::ToolsCall,
+            "prompts/list" => Method::PromptsList,
+            "prompts/get" => Method::PromptsGet,
+            "resources/list" => Method::ResourcesList,
+            "resources/templates/list" => Method::ResourcesTemplatesList,
+            "resources/read" => Method::ResourcesRead,
+            "resources/subscribe" => Method::ResourcesSubscribe,
+            "resources/unsubscribe" => Method::ResourcesUnsubscribe,
+            "completion/complete" => Method::CompletionComplete,
+            "logging/setLevel" => Method::LoggingSetLevel,
+            "notifications/initialized" => Method::NotificationsInitialized,
+            "notifications/cancelled" => Method::NotificationsCancelled,
+            "notifications/progress" => Method::NotificationsProgress,
+            "notifications/roots/list_changed" => Method::NotificationsRootsListChanged,
+            other => Method::Other(other),
+        }
+    }
+}

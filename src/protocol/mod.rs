@@ -1,0 +1,16 @@
+//! MCP protocol knowledge that does no IO: revisions, method names, header names, and the
+//! merging of upstream capabilities into the one server the gateway presents.
+
+pub mod capabilities;
+pub mod method;
+pub mod version;
+
+pub use method::Method;
+pub use version::ProtocolVersion;
+
+/// HTTP header names of the Streamable HTTP transport (lower case, as `http` wants them).
+pub mod header {
+    pub const SESSION_ID: &str = "mcp-session-id";
+    pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+    pub const LAST_EVENT_ID: &str = "last-event-id";
+}

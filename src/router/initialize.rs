@@ -1,0 +1,139 @@
+//! `initialize`: the gateway answers it itself. It opens the session's upstream connections
+//! (forwarding the client's capabilities), merges what they offer, and stores the session.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::ensure_link;
+use crate::error::GatewayError;
+use crate::gateway::Gateway;
+use crate::jsonrpc::{self, Request};
+use crate::protocol::{ProtocolVersion, capabilities};
+use crate::session::{LiveSession, SessionId, SessionKey, SessionRecord, SessionStore};
+use crate::tenant::Tenant;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct InitializeParams {
+    protocol_version: String,
+    #[serde(default)]
+    capabilities: Value,
+    #[serde(default)]
+    client_info: Value,
+}
+
+/// Creates a session for `user` and returns it with the `initialize` response.
+pub async fn initialize(
+    gateway: &Gateway,
+    tenant: &Arc<Tenant>,
+    user: &str,
+    req: &Request<'_>,
+) -> Result<(Arc<LiveSession>, Bytes), GatewayError> {
+    let params = req
+        .params
+        .ok_or_else(|| GatewayError::InvalidParams("initialize needs params".into()))?;
+    let params: InitializeParams = serde_json::from_str(params.get())
+        .map_err(|e| GatewayError::InvalidParams(format!("invalid initialize params: {e}")))?;
+    let client_caps = match params.capabilities {
+        Value::Null => Value::Object(Map::new()),
+        v @ Value::Object(_) => v,
+        _ => {
+            return Err(GatewayError::InvalidParams(
+                "`capabilities` must be an object".into(),
+            ));
+        }
+    };
+    let version = ProtocolVersion::negotiate(&params.protocol_version);
+    let key = SessionKey {
+        tenant: tenant.name.clone(),
+        user: user.into(),
+        id: SessionId::generate(),
+    };
+    let session = Arc::new(LiveSession::new(
+        key.clone(),
+        version,
+        client_caps.clone(),
+        params.client_info.clone(),
+        tenant.upstreams.len(),
+    ));
+
+    let connects = tenant.upstreams.iter().map(|u| ensure_link(&session, u));
+    let mut servers = Vec::with_capacity(tenant.upstreams.len());
+    for (upstream, result) in tenant
+        .upstreams
+        .iter()
+        .zip(futures_util::future::join_all(connects).await)
+    {
+        match result.map(|c| c.server()) {
+            Ok(Some(server)) => servers.push((upstream.name(), server)),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(tenant = %tenant.name, upstream = %upstream.name(), error = %e, "upstream unavailable at initialize; left out");
+            }
+        }
+    }
+
+    let caps = if tenant.is_transparent() {
+        servers
+            .first()
+            .map(|(_, s)| s.capabilities.clone())
+            .unwrap_or_else(|| Value::Object(Map::new()))
+    } else {
+        capabilities::merge(servers.iter().map(|(_, s)| &s.capabilities))
+    };
+    let identity = &tenant.config.server;
+    let instructions = capabilities::merge_instructions(
+        identity.instructions.as_deref(),
+        servers
+            .iter()
+            .map(|(name, s)| (*name, s.instructions.as_deref())),
+    );
+    let mut server_info = Map::new();
+    server_info.insert("name".into(), identity.name.clone().into());
+    server_info.insert("version".into(), identity.version.clone().into());
+    if let Some(title) = &identity.title {
+        server_info.insert("title".into(), title.clone().into());
+    }
+    let mut result = Map::new();
+    result.insert("protocolVersion".into(), version.as_str().into());
+    result.insert("capabilities".into(), caps);
+    result.insert("serverInfo".into(), Value::Object(server_info));
+    if let Some(text) = instructions {
+        result.insert("instructions".into(), text.into());
+    }
+
+    let record = SessionRecord {
+        protocol_version: version.as_str().to_owned(),
+        client_capabilities: client_caps,
+        client_info: params.client_info,
+        initialized: false,
+        upstream_sessions: tenant
+            .upstreams
+            .iter()
+            .filter_map(|u| {
+                let id = session.link(u.info.index)?.upstream_session_id()?;
+                Some((u.name().to_owned(), id))
+            })
+            .collect(),
+        created_at_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+    };
+    if let Err(e) = gateway
+        .store
+        .create(&key, &record, gateway.session_ttl)
+        .await
+    {
+        tracing::error!(error = %e, "could not store a new session");
+        session.close().await;
+        return Err(GatewayError::Internal);
+    }
+    tenant.directory.insert(session.clone());
+    tracing::info!(tenant = %tenant.name, session = ?key.id, protocol = %version, "session created");
+    let body = serde_json::to_vec(&Value::Object(result)).map_err(|_| GatewayError::Internal)?;
+    Ok((session, jsonrpc::result_response(req.id, &body)))
+}

@@ -1,0 +1,85 @@
+//! Session ids: 192 bits from the operating system's CSPRNG, hex encoded (visible ASCII only).
+
+use std::fmt;
+use std::sync::Arc;
+
+use rand::TryRng;
+
+/// A session id as issued by the gateway or presented by a client.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(Arc<str>);
+
+/// Bytes of entropy in a fresh id.
+const ID_BYTES: usize = 24;
+/// Longest id a client may present; longer ones cannot be ours.
+const MAX_PRESENTED_LEN: usize = 128;
+
+impl SessionId {
+    /// A fresh id from the OS CSPRNG.
+    pub fn generate() -> SessionId {
+        let mut bytes = [0u8; ID_BYTES];
+        rand::rngs::SysRng
+            .try_fill_bytes(&mut bytes)
+            .expect("the operating system's random source is available");
+        let mut s = String::with_capacity(ID_BYTES * 2);
+        for b in bytes {
+            s.push(char::from(HEX[usize::from(b >> 4)]));
+            s.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+        SessionId(s.into())
+    }
+
+    /// Accepts a client-presented id if it could have been issued by a gateway: visible ASCII
+    /// (0x21..=0x7E), non-empty, bounded length. Anything else is treated as unknown.
+    pub fn from_presented(s: &str) -> Option<SessionId> {
+        let ok = !s.is_empty()
+            && s.len() <= MAX_PRESENTED_LEN
+            && s.bytes().all(|b| (0x21..=0x7e).contains(&b));
+        ok.then(|| SessionId(s.into()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+impl fmt::Debug for SessionId {
+    /// Only a prefix: a full id is a bearer secret for the session.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = self.0.get(..8).unwrap_or(&self.0);
+        write!(f, "SessionId({shown}…)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_ids_are_long_visible_ascii_and_distinct() {
+        let a = SessionId::generate();
+        let b = SessionId::generate();
+        assert_ne!(a, b);
+        assert_eq!(a.as_str().len(), 48);
+        assert!(a.as_str().bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(SessionId::from_presented(a.as_str()), Some(a));
+    }
+
+    #[test]
+    fn presented_ids_must_be_visible_ascii_and_bounded() {
+        assert!(SessionId::from_presented("").is_none());
+        assert!(SessionId::from_presented("has space").is_none());
+        assert!(SessionId::from_presented("tab\t").is_none());
+        assert!(SessionId::from_presented(&"x".repeat(129)).is_none());
+        assert!(SessionId::from_presented("ok-1.2_3~").is_some());
+    }
+
+    #[test]
+    fn debug_does_not_reveal_the_whole_id() {
+        let id = SessionId::generate();
+        let shown = format!("{id:?}");
+        assert!(!shown.contains(id.as_str()));
+    }
+}

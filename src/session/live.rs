@@ -1,0 +1,262 @@
+//! `LiveSession`: what one replica holds for a session while it serves it — upstream
+//! connections, requests in flight (for cancellation), server-to-client requests awaiting the
+//! client's answer, and the client's GET stream.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
+
+use bytes::Bytes;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use tokio::sync::mpsc;
+
+use super::SessionKey;
+use crate::jsonrpc::{self, OwnedId};
+use crate::protocol::ProtocolVersion;
+use crate::upstream::Connection;
+
+/// Where the client's answer to a server-to-client request goes.
+pub struct ServerRequestRoute {
+    pub connection: Weak<Connection>,
+    /// The id the upstream used, echoed back verbatim.
+    pub upstream_id: OwnedId,
+}
+
+/// Where a forwarded client request went: the connection and the upstream-side id.
+pub type InflightRoute = (Arc<Connection>, u64);
+
+/// One upstream slot of a session.
+#[derive(Default)]
+struct LinkSlot {
+    conn: Option<Arc<Connection>>,
+    /// Whether the session owns the connection (dedicated) and closes it at the end.
+    owned: bool,
+}
+
+pub struct LiveSession {
+    pub key: SessionKey,
+    /// Negotiated with the client at `initialize`.
+    pub protocol_version: ProtocolVersion,
+    pub client_capabilities: Value,
+    pub client_info: Value,
+    initialized: AtomicBool,
+    links: Box<[Mutex<LinkSlot>]>,
+    /// Serializes connecting per upstream, so concurrent requests open one connection.
+    connecting: Box<[tokio::sync::Mutex<()>]>,
+    /// Client request id (raw JSON text) → where it was forwarded.
+    inflight: Mutex<HashMap<Box<str>, InflightRoute>>,
+    /// Client-facing id (raw JSON text) of a server-to-client request → its upstream.
+    server_requests: Mutex<HashMap<Box<str>, ServerRequestRoute>>,
+    next_server_request: AtomicU64,
+    get_stream: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
+    /// Last client activity, for idle expiry of the live state.
+    last_seen: Mutex<Instant>,
+    closed: AtomicBool,
+}
+
+impl LiveSession {
+    pub fn new(
+        key: SessionKey,
+        protocol_version: ProtocolVersion,
+        client_capabilities: Value,
+        client_info: Value,
+        upstreams: usize,
+    ) -> LiveSession {
+        LiveSession {
+            key,
+            protocol_version,
+            client_capabilities,
+            client_info,
+            initialized: AtomicBool::new(false),
+            links: (0..upstreams).map(|_| Mutex::default()).collect(),
+            connecting: (0..upstreams)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+            inflight: Mutex::default(),
+            server_requests: Mutex::default(),
+            next_server_request: AtomicU64::new(1),
+            get_stream: Mutex::new(None),
+            last_seen: Mutex::new(Instant::now()),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    pub fn is_initialized(&self) -> bool {
+        self.initialized.load(Ordering::Acquire)
+    }
+
+    pub fn mark_initialized(&self) {
+        self.initialized.store(true, Ordering::Release);
+    }
+
+    pub fn touch(&self) {
+        if let Ok(mut t) = self.last_seen.lock() {
+            *t = Instant::now();
+        }
+    }
+
+    pub fn idle_since(&self) -> Instant {
+        self.last_seen
+            .lock()
+            .map(|t| *t)
+            .unwrap_or_else(|_| Instant::now())
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    // ---- Upstream links
+
+    /// The session's current connection to upstream `index`, if any.
+    pub fn link(&self, index: usize) -> Option<Arc<Connection>> {
+        self.links.get(index)?.lock().ok()?.conn.clone()
+    }
+
+    pub fn set_link(&self, index: usize, conn: Arc<Connection>, owned: bool) {
+        if let Some(slot) = self.links.get(index)
+            && let Ok(mut s) = slot.lock()
+        {
+            s.conn = Some(conn);
+            s.owned = owned;
+        }
+    }
+
+    /// Forgets a broken link so the next request connects again.
+    pub fn clear_link(&self, index: usize, conn: &Arc<Connection>) -> bool {
+        if let Some(slot) = self.links.get(index)
+            && let Ok(mut s) = slot.lock()
+            && s.conn.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn))
+        {
+            s.conn = None;
+            return s.owned;
+        }
+        false
+    }
+
+    pub fn connect_lock(&self, index: usize) -> Option<&tokio::sync::Mutex<()>> {
+        self.connecting.get(index)
+    }
+
+    // ---- Requests in flight
+
+    pub fn begin_inflight(&self, client_id: &RawValue, conn: Arc<Connection>, upstream_id: u64) {
+        if let Ok(mut m) = self.inflight.lock() {
+            m.insert(client_id.get().into(), (conn, upstream_id));
+        }
+    }
+
+    pub fn end_inflight(&self, client_id: &RawValue) {
+        if let Ok(mut m) = self.inflight.lock() {
+            m.remove(client_id.get());
+        }
+    }
+
+    /// Where the client request `client_id` (raw JSON text) went, if it is still running.
+    pub fn inflight(&self, client_id: &str) -> Option<InflightRoute> {
+        self.inflight.lock().ok()?.get(client_id).cloned()
+    }
+
+    // ---- Server-to-client requests
+
+    /// Records a request from an upstream and returns the id the client will see.
+    pub fn register_server_request(&self, route: ServerRequestRoute) -> OwnedId {
+        let n = self.next_server_request.fetch_add(1, Ordering::Relaxed);
+        let id = jsonrpc::raw_string(&format!("sy-{n}"));
+        if let Ok(mut m) = self.server_requests.lock() {
+            m.insert(id.get().into(), route);
+        }
+        id
+    }
+
+    /// The route for the client's answer to `client_id` (raw JSON text), removed.
+    pub fn take_server_request(&self, client_id: &str) -> Option<ServerRequestRoute> {
+        self.server_requests.lock().ok()?.remove(client_id)
+    }
+
+    /// Removes the request the upstream itself cancelled; returns the client-facing id.
+    pub fn take_server_request_by_upstream(
+        &self,
+        conn: &Arc<Connection>,
+        upstream_id: &str,
+    ) -> Option<OwnedId> {
+        let mut m = self.server_requests.lock().ok()?;
+        let key = m
+            .iter()
+            .find(|(_, r)| {
+                r.upstream_id.get() == upstream_id
+                    && r.connection
+                        .upgrade()
+                        .is_some_and(|c| Arc::ptr_eq(&c, conn))
+            })
+            .map(|(k, _)| k.clone())?;
+        m.remove(&key);
+        RawValue::from_string(key.into_string()).ok()
+    }
+
+    // ---- The client's GET stream
+
+    /// Opens the GET stream, replacing (and so ending) an older one.
+    pub fn open_get_stream(&self) -> mpsc::UnboundedReceiver<Bytes> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Ok(mut g) = self.get_stream.lock() {
+            *g = Some(tx);
+        }
+        rx
+    }
+
+    pub fn has_get_stream(&self) -> bool {
+        self.get_stream
+            .lock()
+            .ok()
+            .is_some_and(|g| g.as_ref().is_some_and(|tx| !tx.is_closed()))
+    }
+
+    /// Sends an unsolicited message on the GET stream; `false` when there is none.
+    pub fn deliver_unsolicited(&self, bytes: Bytes) -> bool {
+        let Ok(mut g) = self.get_stream.lock() else {
+            return false;
+        };
+        match g.as_ref() {
+            Some(tx) if tx.send(bytes).is_ok() => true,
+            Some(_) => {
+                *g = None;
+                false
+            }
+            None => false,
+        }
+    }
+
+    // ---- End of life
+
+    /// Closes the connections the session owns and ends its GET stream. Idempotent.
+    pub async fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Ok(mut g) = self.get_stream.lock() {
+            *g = None;
+        }
+        let owned: Vec<Arc<Connection>> = self
+            .links
+            .iter()
+            .filter_map(|slot| {
+                let mut s = slot.lock().ok()?;
+                let conn = s.conn.take()?;
+                s.owned.then_some(conn)
+            })
+            .collect();
+        let inflight: Vec<InflightRoute> = self
+            .inflight
+            .lock()
+            .map(|mut m| m.drain().map(|(_, v)| v).collect())
+            .unwrap_or_default();
+        for (conn, id) in inflight {
+            // Shared connections outlive the session: stop its requests there explicitly.
+            conn.cancel(id, "the client session ended");
+        }
+        futures_util::future::join_all(owned.iter().map(|c| c.close())).await;
+    }
+}

@@ -1,0 +1,166 @@
+//! In-process `SessionStore`: a sharded map with lazy expiry plus a periodic sweep.
+
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+
+use super::{SessionKey, SessionRecord, SessionStore, StoreError};
+
+struct Entry {
+    record: SessionRecord,
+    expires_at: Instant,
+}
+
+/// The zero-setup default store. Sharded (no global lock); expired entries disappear on the
+/// next access and in [`MemorySessionStore::purge_expired`].
+#[derive(Default)]
+pub struct MemorySessionStore {
+    entries: DashMap<SessionKey, Entry>,
+}
+
+impl MemorySessionStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Drops every expired record; returns how many were dropped.
+    pub fn purge_expired(&self) -> usize {
+        let now = Instant::now();
+        let before = self.entries.len();
+        self.entries.retain(|_, e| e.expires_at > now);
+        before.saturating_sub(self.entries.len())
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+impl SessionStore for MemorySessionStore {
+    async fn create(
+        &self,
+        key: &SessionKey,
+        record: &SessionRecord,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        self.entries.insert(
+            key.clone(),
+            Entry {
+                record: record.clone(),
+                expires_at: Instant::now() + ttl,
+            },
+        );
+        Ok(())
+    }
+
+    async fn load(
+        &self,
+        key: &SessionKey,
+        ttl: Duration,
+    ) -> Result<Option<SessionRecord>, StoreError> {
+        let now = Instant::now();
+        if let Some(mut e) = self.entries.get_mut(key) {
+            if e.expires_at > now {
+                e.expires_at = now + ttl;
+                return Ok(Some(e.record.clone()));
+            }
+        } else {
+            return Ok(None);
+        }
+        self.entries.remove_if(key, |_, e| e.expires_at <= now);
+        Ok(None)
+    }
+
+    async fn update(
+        &self,
+        key: &SessionKey,
+        record: &SessionRecord,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        match self.entries.get_mut(key) {
+            Some(mut e) if e.expires_at > now => {
+                e.record = record.clone();
+                e.expires_at = now + ttl;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn touch(&self, key: &SessionKey, ttl: Duration) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        match self.entries.get_mut(key) {
+            Some(mut e) if e.expires_at > now => {
+                e.expires_at = now + ttl;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError> {
+        Ok(self.entries.remove(key).is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::session::SessionId;
+    use serde_json::json;
+
+    fn key(user: &str) -> SessionKey {
+        SessionKey {
+            tenant: "t".into(),
+            user: user.into(),
+            id: SessionId::from_presented("abc").unwrap(),
+        }
+    }
+
+    fn record() -> SessionRecord {
+        SessionRecord {
+            protocol_version: "2025-11-25".into(),
+            client_capabilities: json!({}),
+            client_info: json!({"name": "c"}),
+            initialized: false,
+            upstream_sessions: Default::default(),
+            created_at_ms: 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn same_id_under_another_user_is_unknown() {
+        let s = MemorySessionStore::new();
+        let ttl = Duration::from_secs(60);
+        s.create(&key("alice"), &record(), ttl).await.unwrap();
+        assert!(s.load(&key("alice"), ttl).await.unwrap().is_some());
+        assert!(s.load(&key("mallory"), ttl).await.unwrap().is_none());
+        assert!(!s.delete(&key("mallory")).await.unwrap());
+        assert!(s.delete(&key("alice")).await.unwrap());
+        assert!(s.load(&key("alice"), ttl).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn expiry_is_sliding_and_purged() {
+        let s = MemorySessionStore::new();
+        let short = Duration::from_millis(30);
+        s.create(&key("a"), &record(), short).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(s.touch(&key("a"), short).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            s.load(&key("a"), short).await.unwrap().is_some(),
+            "touch extended it"
+        );
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert!(!s.update(&key("a"), &record(), short).await.unwrap());
+        assert_eq!(s.purge_expired(), 1);
+        assert!(s.is_empty());
+    }
+}

@@ -1,0 +1,121 @@
+//! The `SessionStore` contract and the closed set of backends behind it.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::memory::MemorySessionStore;
+use super::{SessionId, SessionRecord};
+
+/// Every stored session is found by tenant, user and id together: an id alone finds nothing,
+/// so a session id presented by another user or to another tenant is simply unknown.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct SessionKey {
+    pub tenant: Arc<str>,
+    /// The authenticated user (issuer + subject); `anonymous` on tenants without auth.
+    pub user: Arc<str>,
+    pub id: SessionId,
+}
+
+impl fmt::Debug for SessionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{:?}", self.tenant, self.user, self.id)
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    #[error("session store unavailable: {0}")]
+    Unavailable(String),
+    #[error("session record is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// Durable session records with a sliding time-to-live.
+pub trait SessionStore: Send + Sync {
+    /// Stores a new record.
+    fn create(
+        &self,
+        key: &SessionKey,
+        record: &SessionRecord,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The record, with its time-to-live restarted; `None` when unknown, expired or deleted.
+    fn load(
+        &self,
+        key: &SessionKey,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Option<SessionRecord>, StoreError>> + Send;
+
+    /// Replaces an existing record; `false` (and nothing stored) when it no longer exists.
+    fn update(
+        &self,
+        key: &SessionKey,
+        record: &SessionRecord,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Restarts the time-to-live; `false` when the record no longer exists.
+    fn touch(
+        &self,
+        key: &SessionKey,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Removes the record; `false` when it did not exist.
+    fn delete(&self, key: &SessionKey) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
+
+/// The configured backend. An enum rather than a trait object: a closed set, no boxing on the
+/// request path.
+pub enum SessionBackend {
+    Memory(MemorySessionStore),
+}
+
+impl SessionStore for SessionBackend {
+    async fn create(
+        &self,
+        key: &SessionKey,
+        record: &SessionRecord,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        match self {
+            SessionBackend::Memory(s) => s.create(key, record, ttl).await,
+        }
+    }
+
+    async fn load(
+        &self,
+        key: &SessionKey,
+        ttl: Duration,
+    ) -> Result<Option<SessionRecord>, StoreError> {
+        match self {
+            SessionBackend::Memory(s) => s.load(key, ttl).await,
+        }
+    }
+
+    async fn update(
+        &self,
+        key: &SessionKey,
+        record: &SessionRecord,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        match self {
+            SessionBackend::Memory(s) => s.update(key, record, ttl).await,
+        }
+    }
+
+    async fn touch(&self, key: &SessionKey, ttl: Duration) -> Result<bool, StoreError> {
+        match self {
+            SessionBackend::Memory(s) => s.touch(key, ttl).await,
+        }
+    }
+
+    async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError> {
+        match self {
+            SessionBackend::Memory(s) => s.delete(key).await,
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! `Tenant`: one endpoint's runtime — its upstreams, its live sessions on this replica, and
+//! the naming rules that join upstream names to tool names.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use dashmap::DashMap;
+
+use crate::config::{Limits, PrefixMode, TenantConfig};
+use crate::session::{LiveSession, SessionId};
+use crate::upstream::Upstream;
+
+/// The live sessions of a tenant on this replica.
+#[derive(Default)]
+pub struct SessionDirectory {
+    sessions: DashMap<SessionId, Arc<LiveSession>>,
+}
+
+impl SessionDirectory {
+    pub fn get(&self, id: &SessionId) -> Option<Arc<LiveSession>> {
+        self.sessions.get(id).map(|s| s.clone())
+    }
+
+    pub fn insert(&self, session: Arc<LiveSession>) {
+        self.sessions.insert(session.key.id.clone(), session);
+    }
+
+    pub fn remove(&self, id: &SessionId) -> Option<Arc<LiveSession>> {
+        self.sessions.remove(id).map(|(_, s)| s)
+    }
+
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+
+    /// All sessions (a snapshot).
+    pub fn all(&self) -> Vec<Arc<LiveSession>> {
+        self.sessions.iter().map(|e| e.value().clone()).collect()
+    }
+
+    /// Sends a message to every session's GET stream (list changes of shared upstreams).
+    pub fn broadcast(&self, bytes: &Bytes) {
+        for s in self.sessions.iter() {
+            s.deliver_unsolicited(bytes.clone());
+        }
+    }
+}
+
+pub struct Tenant {
+    pub name: Arc<str>,
+    pub config: TenantConfig,
+    pub upstreams: Box<[Arc<Upstream>]>,
+    pub directory: Arc<SessionDirectory>,
+    /// Whether names are prefixed with `<upstream><separator>` (from the prefix mode).
+    pub prefixed: bool,
+}
+
+impl Tenant {
+    /// Builds the tenant and starts its shared upstream processes.
+    pub fn start(config: &TenantConfig, limits: &Limits) -> Result<Arc<Tenant>, String> {
+        let directory = Arc::new(SessionDirectory::default());
+        let upstreams = config
+            .upstreams
+            .iter()
+            .enumerate()
+            .map(|(i, u)| {
+                Upstream::start(u, i, limits, Arc::downgrade(&directory))
+                    .map_err(|e| format!("tenant {:?}, upstream {:?}: {e}", config.name, u.name))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let prefixed = match config.prefix.mode {
+            PrefixMode::Always => true,
+            PrefixMode::Never => false,
+            PrefixMode::Conditional => upstreams.len() > 1,
+        };
+        Ok(Arc::new(Tenant {
+            name: config.name.as_str().into(),
+            config: config.clone(),
+            upstreams: upstreams.into(),
+            directory,
+            prefixed,
+        }))
+    }
+
+    /// Whether the tenant is a transparent proxy for a single upstream: no names to rewrite,
+    /// so lists, capabilities and unknown methods pass through untouched.
+    pub fn is_transparent(&self) -> bool {
+        self.upstreams.len() == 1 && !self.prefixed
+    }
+
+    pub fn separator(&self) -> &str {
+        &self.config.prefix.separator
+    }
+
+    /// `<upstream><sep><name>` when prefixing, else `name`.
+    pub fn public_name(&self, upstream: &Upstream, name: &str) -> String {
+        if self.prefixed {
+            let mut s =
+                String::with_capacity(upstream.name().len() + self.separator().len() + name.len());
+            s.push_str(upstream.name());
+            s.push_str(self.separator());
+            s.push_str(name);
+            s
+        } else {
+            name.to_owned()
+        }
+    }
+
+    /// Splits a public name into its upstream and the upstream's own name.
+    pub fn split_name<'n>(&self, public: &'n str) -> Option<(&Arc<Upstream>, &'n str)> {
+        if !self.prefixed {
+            return match &*self.upstreams {
+                [only] => Some((only, public)),
+                _ => None,
+            };
+        }
+        let (prefix, rest) = public.split_once(self.separator())?;
+        let upstream = self.upstreams.iter().find(|u| u.name() == prefix)?;
+        Some((upstream, rest))
+    }
+
+    /// Closes every live session and stops shared processes.
+    pub async fn shutdown(&self) {
+        let sessions = self.directory.all();
+        futures_util::future::join_all(sessions.iter().map(|s| s.close())).await;
+        futures_util::future::join_all(self.upstreams.iter().map(|u| u.shutdown())).await;
+    }
+}

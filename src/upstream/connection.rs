@@ -1,0 +1,580 @@
+//! `Connection`: one MCP client session between the gateway and an upstream. It owns the
+//! request ids used on that link, the table of requests awaiting an answer, and the routing of
+//! everything the upstream sends back (responses, progress, notifications, server requests).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use dashmap::DashMap;
+use serde_json::value::RawValue;
+use tokio::sync::{mpsc, oneshot};
+
+use super::handshake::{InitParams, UpstreamServer};
+use super::http::HttpLink;
+use super::stdio::StdioLink;
+use super::{StreamEvent, UpstreamInfo};
+use crate::error::GatewayError;
+use crate::jsonrpc::{self, Message, Notification, Outcome, OwnedId, RawObject, Request};
+use crate::session::{LiveSession, ServerRequestRoute};
+
+/// Who receives what an upstream sends outside of any request.
+pub enum Owner {
+    /// A connection dedicated to one client session.
+    Session(Weak<LiveSession>),
+    /// A connection shared by every session of a tenant; unsolicited messages that concern
+    /// everyone (list changes) are broadcast through the directory, others are logged.
+    Shared(Weak<crate::tenant::SessionDirectory>),
+}
+
+/// The transport under a connection. A closed set.
+pub enum Link {
+    Stdio(StdioLink),
+    Http(HttpLink),
+}
+
+/// The reply to a request the gateway made for itself.
+#[derive(Debug)]
+pub enum InternalReply {
+    Result(Box<RawValue>),
+    Error(Box<RawValue>),
+}
+
+/// A request awaiting its answer.
+enum Pending {
+    /// A client request forwarded as is; its events go to the client's response stream.
+    Forward(ForwardSlot),
+    /// The gateway's own request (initialize, list fan-out).
+    Internal(oneshot::Sender<Result<InternalReply, GatewayError>>),
+}
+
+struct ForwardSlot {
+    sink: mpsc::UnboundedSender<StreamEvent>,
+    client_id: OwnedId,
+    /// The client's own `progressToken`, restored on progress notifications.
+    client_token: Option<Box<RawValue>>,
+    session: Weak<LiveSession>,
+}
+
+pub struct Connection {
+    pub(crate) info: Arc<UpstreamInfo>,
+    next_id: AtomicU64,
+    pending: DashMap<u64, Pending>,
+    server: RwLock<Option<Arc<UpstreamServer>>>,
+    pub(crate) init_params: InitParams,
+    pub(crate) link: Link,
+    owner: Owner,
+}
+
+impl Connection {
+    pub(crate) fn new(
+        info: Arc<UpstreamInfo>,
+        init_params: InitParams,
+        owner: Owner,
+        link: Link,
+    ) -> Connection {
+        Connection {
+            info,
+            next_id: AtomicU64::new(1),
+            pending: DashMap::with_shard_amount(4),
+            server: RwLock::new(None),
+            init_params,
+            link,
+            owner,
+        }
+    }
+
+    pub fn upstream_name(&self) -> &str {
+        &self.info.name
+    }
+
+    /// What the upstream said in its last successful `initialize`.
+    pub fn server(&self) -> Option<Arc<UpstreamServer>> {
+        self.server.read().map(|s| s.clone()).unwrap_or(None)
+    }
+
+    pub(crate) fn set_server(&self, server: UpstreamServer) {
+        if let Ok(mut s) = self.server.write() {
+            *s = Some(Arc::new(server));
+        }
+    }
+
+    /// Waits until the link can carry requests (bounded), or fails with a clear reason.
+    pub async fn ready(&self, timeout: Duration) -> Result<(), GatewayError> {
+        match &self.link {
+            Link::Stdio(l) => l.ready(&self.info.name, timeout).await,
+            Link::Http(_) => Ok(()),
+        }
+    }
+
+    fn allocate_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Forwards a client request. Returns the upstream id and the stream of events for it.
+    /// The client's `progressToken` is replaced by the upstream id so progress can be routed.
+    pub async fn forward(
+        self: &Arc<Self>,
+        method: &str,
+        params: Option<&RawValue>,
+        client_id: &RawValue,
+        session: Weak<LiveSession>,
+    ) -> Result<(u64, mpsc::UnboundedReceiver<StreamEvent>), GatewayError> {
+        let id = self.allocate_id();
+        let (replaced, client_token) = match params {
+            Some(p) => rewrite_progress_token(p, id)?,
+            None => (None, None),
+        };
+        let params = replaced.as_deref().or(params);
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.pending.insert(
+            id,
+            Pending::Forward(ForwardSlot {
+                sink: tx,
+                client_id: client_id.to_owned(),
+                client_token,
+                session,
+            }),
+        );
+        let bytes = jsonrpc::request(&jsonrpc::raw_u64(id), method, params);
+        if let Err(e) = self.send_request(id, bytes).await {
+            self.pending.remove(&id);
+            return Err(e);
+        }
+        Ok((id, rx))
+    }
+
+    /// A request of the gateway's own, answered through a oneshot; cancelled upstream on timeout.
+    pub async fn call(
+        self: &Arc<Self>,
+        method: &str,
+        params: Option<&RawValue>,
+        timeout: Duration,
+    ) -> Result<InternalReply, GatewayError> {
+        self.ready(timeout).await?;
+        self.call_inner(method, params, timeout).await
+    }
+
+    /// Like [`Connection::call`] but without waiting for readiness: the handshake itself.
+    pub(crate) async fn call_during_handshake(
+        self: &Arc<Self>,
+        method: &str,
+        params: &RawValue,
+        timeout: Duration,
+    ) -> Result<InternalReply, GatewayError> {
+        self.call_inner(method, Some(params), timeout).await
+    }
+
+    async fn call_inner(
+        self: &Arc<Self>,
+        method: &str,
+        params: Option<&RawValue>,
+        timeout: Duration,
+    ) -> Result<InternalReply, GatewayError> {
+        let id = self.allocate_id();
+        let (tx, rx) = oneshot::channel();
+        self.pending.insert(id, Pending::Internal(tx));
+        let bytes = jsonrpc::request(&jsonrpc::raw_u64(id), method, params);
+        if let Err(e) = self.send_request(id, bytes).await {
+            self.pending.remove(&id);
+            return Err(e);
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(_)) => Err(GatewayError::UpstreamClosed {
+                upstream: self.info.name.to_string(),
+                reason: "the connection was closed".into(),
+            }),
+            Err(_) => {
+                self.cancel(id, "timed out");
+                Err(GatewayError::UpstreamTimeout {
+                    upstream: self.info.name.to_string(),
+                    after: timeout,
+                })
+            }
+        }
+    }
+
+    async fn send_request(self: &Arc<Self>, id: u64, bytes: Vec<u8>) -> Result<(), GatewayError> {
+        match &self.link {
+            Link::Stdio(l) => l.send(&self.info.name, bytes).await,
+            Link::Http(l) => {
+                l.spawn_request(self.clone(), id, Bytes::from(bytes));
+                Ok(())
+            }
+        }
+    }
+
+    /// Sends a notification (or a response) to the upstream.
+    pub async fn send_message(self: &Arc<Self>, bytes: Vec<u8>) -> Result<(), GatewayError> {
+        match &self.link {
+            Link::Stdio(l) => l.send(&self.info.name, bytes).await,
+            Link::Http(l) => l.post_message(self, Bytes::from(bytes)).await,
+        }
+    }
+
+    pub async fn notify(
+        self: &Arc<Self>,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<(), GatewayError> {
+        self.send_message(jsonrpc::notification(method, params))
+            .await
+    }
+
+    pub(crate) async fn notify_during_handshake(
+        self: &Arc<Self>,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<(), GatewayError> {
+        self.notify(method, params).await
+    }
+
+    /// Answers a server-to-client request of the upstream (the client's reply, or an error).
+    pub async fn respond(self: &Arc<Self>, upstream_id: &RawValue, outcome: Outcome<'_>) {
+        let bytes = jsonrpc::response_with_id(upstream_id, outcome);
+        if let Err(e) = self.send_message(bytes).await {
+            tracing::warn!(upstream = %self.info.name, error = %e, "could not deliver a reply to the upstream");
+        }
+    }
+
+    /// Stops waiting for `id` and tells the upstream with `notifications/cancelled`.
+    pub fn cancel(self: &Arc<Self>, id: u64, reason: &str) {
+        if self.pending.remove(&id).is_none() {
+            return;
+        }
+        let params = serde_json::json!({ "requestId": id, "reason": reason }).to_string();
+        let conn = self.clone();
+        tokio::spawn(async move {
+            let raw = RawValue::from_string(params).ok();
+            if let Err(e) = conn.notify("notifications/cancelled", raw.as_deref()).await {
+                tracing::debug!(upstream = %conn.info.name, error = %e, "cancellation not delivered");
+            }
+        });
+    }
+
+    /// Fails one pending request (its link broke).
+    pub(crate) fn fail(&self, id: u64, err: GatewayError) {
+        if let Some((_, pending)) = self.pending.remove(&id) {
+            deliver_failure(pending, err);
+        }
+    }
+
+    /// Fails every pending request: the process exited or the connection was closed.
+    pub(crate) fn fail_all(&self, err: &GatewayError) {
+        let ids: Vec<u64> = self.pending.iter().map(|e| *e.key()).collect();
+        for id in ids {
+            self.fail(id, err.clone());
+        }
+    }
+
+    pub(crate) fn is_pending(&self, id: u64) -> bool {
+        self.pending.contains_key(&id)
+    }
+
+    /// Closes the link (process shutdown or upstream session DELETE) and fails what is pending.
+    pub async fn close(&self) {
+        match &self.link {
+            Link::Stdio(l) => l.close().await,
+            Link::Http(l) => l.close().await,
+        }
+        self.fail_all(&GatewayError::UpstreamClosed {
+            upstream: self.info.name.to_string(),
+            reason: "the connection was closed".into(),
+        });
+    }
+
+    // ---- Inbound: everything the upstream sends.
+
+    /// Routes one message from the upstream. `related` is the upstream id of the request whose
+    /// response stream carried it (HTTP), if any.
+    pub(crate) fn on_message(self: &Arc<Self>, bytes: Bytes, related: Option<u64>) {
+        let msg = match jsonrpc::parse(&bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(upstream = %self.info.name, error = ?e, "dropping an invalid message from the upstream");
+                return;
+            }
+        };
+        match msg {
+            Message::Response(r) => {
+                let Some(id) = our_id(r.id) else {
+                    tracing::warn!(upstream = %self.info.name, id = r.id.get(), "response with an id the gateway never issued");
+                    return;
+                };
+                match self.pending.remove(&id) {
+                    Some((_, Pending::Forward(slot))) => {
+                        let out = jsonrpc::response_with_id(&slot.client_id, r.outcome);
+                        let _ = slot.sink.send(StreamEvent::Response(Bytes::from(out)));
+                    }
+                    Some((_, Pending::Internal(tx))) => {
+                        let reply = match r.outcome {
+                            Outcome::Result(v) => InternalReply::Result(v.to_owned()),
+                            Outcome::Error(e) => InternalReply::Error(e.to_owned()),
+                        };
+                        let _ = tx.send(Ok(reply));
+                    }
+                    None => {
+                        tracing::debug!(upstream = %self.info.name, id, "late response dropped (request already finished)");
+                    }
+                }
+            }
+            Message::Notification(n) => self.on_notification(&n, &bytes, related),
+            Message::Request(r) => self.on_server_request(&r, related),
+        }
+    }
+
+    /// The request a message without explicit relation belongs to: on stdio, when exactly one
+    /// forwarded request is in flight, that one (stdio has no other way to relate messages).
+    fn infer_related(&self, related: Option<u64>) -> Option<u64> {
+        if related.is_some() || !matches!(self.link, Link::Stdio(_)) {
+            return related;
+        }
+        let mut found = None;
+        for e in self.pending.iter() {
+            if matches!(e.value(), Pending::Forward(_)) {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some(*e.key());
+            }
+        }
+        found
+    }
+
+    fn on_notification(
+        self: &Arc<Self>,
+        n: &Notification<'_>,
+        bytes: &Bytes,
+        related: Option<u64>,
+    ) {
+        if n.method == "notifications/progress" {
+            self.on_progress(n);
+            return;
+        }
+        if n.method.ends_with("/list_changed") {
+            self.broadcast_or_deliver(bytes.clone());
+            return;
+        }
+        if n.method == "notifications/cancelled" {
+            self.on_upstream_cancelled(n, related);
+            return;
+        }
+        let related = self.infer_related(related);
+        if let Some(id) = related
+            && let Some(entry) = self.pending.get(&id)
+            && let Pending::Forward(slot) = entry.value()
+            && slot.sink.send(StreamEvent::Message(bytes.clone())).is_ok()
+        {
+            return;
+        }
+        match &self.owner {
+            Owner::Session(s) => {
+                if let Some(s) = s.upgrade() {
+                    s.deliver_unsolicited(bytes.clone());
+                }
+            }
+            Owner::Shared(_) => {
+                tracing::debug!(upstream = %self.info.name, method = %n.method, "unsolicited notification on a shared connection not relayed (no single owner)");
+            }
+        }
+    }
+
+    fn broadcast_or_deliver(&self, bytes: Bytes) {
+        match &self.owner {
+            Owner::Session(s) => {
+                if let Some(s) = s.upgrade() {
+                    s.deliver_unsolicited(bytes);
+                }
+            }
+            Owner::Shared(dir) => {
+                if let Some(dir) = dir.upgrade() {
+                    dir.broadcast(&bytes);
+                }
+            }
+        }
+    }
+
+    fn on_progress(&self, n: &Notification<'_>) {
+        let Some(params) = n.params else { return };
+        let Ok(mut obj) = RawObject::parse(params) else {
+            return;
+        };
+        let Some(id) = obj.get("progressToken").and_then(our_id) else {
+            tracing::debug!(upstream = %self.info.name, "progress for a token the gateway never issued");
+            return;
+        };
+        let Some(entry) = self.pending.get(&id) else {
+            return;
+        };
+        let Pending::Forward(slot) = entry.value() else {
+            return;
+        };
+        let Some(token) = &slot.client_token else {
+            return;
+        };
+        obj.set("progressToken", token.clone());
+        let out = jsonrpc::notification("notifications/progress", Some(&obj.to_raw()));
+        let _ = slot.sink.send(StreamEvent::Progress(Bytes::from(out)));
+    }
+
+    fn on_upstream_cancelled(self: &Arc<Self>, n: &Notification<'_>, related: Option<u64>) {
+        let Some(params) = n.params else { return };
+        let Ok(mut obj) = RawObject::parse(params) else {
+            return;
+        };
+        let Some(upstream_req) = obj.get("requestId").map(|r| r.get().to_owned()) else {
+            return;
+        };
+        let session = self.session_for(self.infer_related(related));
+        let Some(session) = session else { return };
+        let Some(client_id) = session.take_server_request_by_upstream(self, &upstream_req) else {
+            return;
+        };
+        obj.set("requestId", client_id);
+        let out = jsonrpc::notification("notifications/cancelled", Some(&obj.to_raw()));
+        session.deliver_unsolicited(Bytes::from(out));
+    }
+
+    /// The session a message belongs to: the related request's session, else the owner.
+    fn session_for(&self, related: Option<u64>) -> Option<Arc<LiveSession>> {
+        if let Some(id) = related
+            && let Some(entry) = self.pending.get(&id)
+            && let Pending::Forward(slot) = entry.value()
+        {
+            return slot.session.upgrade();
+        }
+        match &self.owner {
+            Owner::Session(s) => s.upgrade(),
+            Owner::Shared(_) => None,
+        }
+    }
+
+    /// A request from the upstream to the client (sampling, elicitation, roots, ping): gets a
+    /// client-facing id, is delivered on the related response stream or the session's GET
+    /// stream, and the client's answer is routed back by [`LiveSession`].
+    fn on_server_request(self: &Arc<Self>, r: &Request<'_>, related: Option<u64>) {
+        let related = self.infer_related(related);
+        let Some(session) = self.session_for(related) else {
+            self.refuse_server_request(
+                r.id,
+                "no client session can receive this request (shared connection)",
+            );
+            return;
+        };
+        let client_id = session.register_server_request(ServerRequestRoute {
+            connection: Arc::downgrade(self),
+            upstream_id: r.id.to_owned(),
+        });
+        let out = Bytes::from(jsonrpc::request(&client_id, &r.method, r.params));
+        if let Some(id) = related
+            && let Some(entry) = self.pending.get(&id)
+            && let Pending::Forward(slot) = entry.value()
+            && slot.sink.send(StreamEvent::Message(out.clone())).is_ok()
+        {
+            return;
+        }
+        if !session.deliver_unsolicited(out) {
+            session.take_server_request(client_id.get());
+            self.refuse_server_request(r.id, "the client has no open stream to receive requests");
+        }
+    }
+
+    fn refuse_server_request(self: &Arc<Self>, id: &RawValue, why: &str) {
+        tracing::warn!(upstream = %self.info.name, reason = why, "server-to-client request refused");
+        let err = jsonrpc::error_body(jsonrpc::code::INTERNAL_ERROR, why, None);
+        let Ok(err) = RawValue::from_string(String::from_utf8_lossy(&err).into_owned()) else {
+            return;
+        };
+        let conn = self.clone();
+        let id = id.to_owned();
+        tokio::spawn(async move { conn.respond(&id, Outcome::Error(&err)).await });
+    }
+}
+
+fn deliver_failure(pending: Pending, err: GatewayError) {
+    match pending {
+        Pending::Forward(slot) => {
+            let _ = slot.sink.send(StreamEvent::Failed(err));
+        }
+        Pending::Internal(tx) => {
+            let _ = tx.send(Err(err));
+        }
+    }
+}
+
+/// Parses an id the gateway issued on an upstream link (a plain non-negative integer).
+fn our_id(raw: &RawValue) -> Option<u64> {
+    raw.get().parse().ok()
+}
+
+/// Replaces `params._meta.progressToken` with `id`; returns the new params (only when a token
+/// was replaced) and the client's original token.
+#[allow(clippy::type_complexity)]
+fn rewrite_progress_token(
+    params: &RawValue,
+    id: u64,
+) -> Result<(Option<Box<RawValue>>, Option<Box<RawValue>>), GatewayError> {
+    if !params.get().contains("progressToken") {
+        return Ok((None, None));
+    }
+    let Ok(obj) = RawObject::parse(params) else {
+        return Ok((None, None));
+    };
+    let Some(meta) = obj.get("_meta") else {
+        return Ok((None, None));
+    };
+    let Ok(mut meta) = RawObject::parse(meta) else {
+        return Err(GatewayError::InvalidParams(
+            "`_meta` must be an object".into(),
+        ));
+    };
+    let Some(token) = meta.get("progressToken").map(|t| t.to_owned()) else {
+        return Ok((None, None));
+    };
+    if !jsonrpc::is_valid_id(&token) {
+        return Err(GatewayError::InvalidParams(
+            "`_meta.progressToken` must be a string or an integer".into(),
+        ));
+    }
+    meta.set("progressToken", jsonrpc::raw_u64(id));
+    let meta = meta.to_raw();
+    let mut obj = RawObject::parse(params).map_err(|_| GatewayError::Internal)?;
+    obj.set("_meta", meta);
+    Ok((Some(obj.to_raw()), Some(token)))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn progress_token_is_replaced_and_returned() {
+        let p = RawValue::from_string(
+            r#"{"name":"x","_meta":{"progressToken":"tok-1","other":true},"arguments":{}}"#.into(),
+        )
+        .unwrap();
+        let (new, token) = rewrite_progress_token(&p, 42).unwrap();
+        assert_eq!(token.unwrap().get(), r#""tok-1""#);
+        assert_eq!(
+            new.unwrap().get(),
+            r#"{"name":"x","_meta":{"progressToken":42,"other":true},"arguments":{}}"#
+        );
+    }
+
+    #[test]
+    fn params_without_token_pass_unchanged() {
+        let p = RawValue::from_string(r#"{"name":"progressToken"}"#.into()).unwrap();
+        let (new, token) = rewrite_progress_token(&p, 1).unwrap();
+        assert!(token.is_none());
+        assert!(new.is_none(), "nothing to rewrite, nothing copied");
+    }
+
+    #[test]
+    fn invalid_tokens_are_rejected() {
+        let p = RawValue::from_string(r#"{"_meta":{"progressToken":1.5}}"#.into()).unwrap();
+        assert!(rewrite_progress_token(&p, 1).is_err());
+    }
+}

@@ -1,0 +1,467 @@
+//! Streamable HTTP upstreams: POST each message, read a JSON or SSE answer, keep the upstream's
+//! session id and protocol version header, re-initialize when the upstream forgets the session
+//! (404, or 400 as some servers answer), and listen on the GET stream when asked to.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use reqwest::StatusCode;
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+
+use super::connection::{Connection, Link};
+use super::handshake;
+use super::sse::SseParser;
+use crate::error::GatewayError;
+use crate::protocol::header;
+
+/// The `Accept` header of every POST, as the transport requires.
+const ACCEPT_BOTH: &str = "application/json, text/event-stream";
+/// Upper bound on waiting for an upstream's answer to a DELETE at shutdown.
+const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Slack added to a request's hard deadline for the HTTP exchange itself.
+const EXCHANGE_SLACK: Duration = Duration::from_secs(10);
+
+pub struct HttpLink {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    /// Static headers from config (the gateway's own credentials), marked sensitive.
+    headers: HeaderMap,
+    session_id: Mutex<Option<HeaderValue>>,
+    protocol_version: Mutex<Option<HeaderValue>>,
+    /// Bumped by each successful (re)initialize, so concurrent failures re-initialize once.
+    generation: AtomicU64,
+    reinit: tokio::sync::Mutex<()>,
+    listening: AtomicBool,
+    listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    closed: AtomicBool,
+    exchange_timeout: Duration,
+    init_timeout: Duration,
+    max_message: usize,
+}
+
+impl HttpLink {
+    pub fn new(
+        client: reqwest::Client,
+        url: reqwest::Url,
+        headers: HeaderMap,
+        max_request_timeout: Duration,
+        init_timeout: Duration,
+        max_message: usize,
+    ) -> HttpLink {
+        HttpLink {
+            client,
+            url,
+            headers,
+            session_id: Mutex::new(None),
+            protocol_version: Mutex::new(None),
+            generation: AtomicU64::new(0),
+            reinit: tokio::sync::Mutex::new(()),
+            listening: AtomicBool::new(false),
+            listener: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            exchange_timeout: max_request_timeout + EXCHANGE_SLACK,
+            init_timeout,
+            max_message,
+        }
+    }
+
+    /// The upstream's session id, if it issued one.
+    pub fn session_id(&self) -> Option<String> {
+        let id = self.session_id.lock().ok()?.clone()?;
+        id.to_str().ok().map(str::to_owned)
+    }
+
+    /// Runs the handshake on a fresh link and records what it negotiated.
+    pub async fn open(conn: &Arc<Connection>) -> Result<(), GatewayError> {
+        let link = http_link(conn);
+        let params = conn.init_params.clone();
+        let server = handshake::initialize(conn, &params, link.init_timeout).await?;
+        link.set_protocol_version(server.protocol_version.as_str());
+        conn.set_server(server);
+        link.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn set_protocol_version(&self, v: &'static str) {
+        if let Ok(mut p) = self.protocol_version.lock() {
+            *p = Some(HeaderValue::from_static(v));
+        }
+    }
+
+    fn base_headers(&self, accept: &'static str) -> HeaderMap {
+        let mut h = self.headers.clone();
+        h.insert(ACCEPT, HeaderValue::from_static(accept));
+        if let Some(v) = self.session_id.lock().ok().and_then(|s| s.clone()) {
+            h.insert(HeaderName::from_static(header::SESSION_ID), v);
+        }
+        if let Some(v) = self.protocol_version.lock().ok().and_then(|s| s.clone()) {
+            h.insert(HeaderName::from_static(header::PROTOCOL_VERSION), v);
+        }
+        h
+    }
+
+    fn remember_session(&self, resp: &reqwest::Response) {
+        if let Some(v) = resp.headers().get(header::SESSION_ID)
+            && let Ok(mut s) = self.session_id.lock()
+            && s.as_ref() != Some(v)
+        {
+            let mut v = v.clone();
+            v.set_sensitive(true);
+            *s = Some(v);
+        }
+    }
+
+    async fn post(
+        &self,
+        body: Bytes,
+        upstream: &str,
+    ) -> Result<(reqwest::Response, bool), GatewayError> {
+        let mut headers = self.base_headers(ACCEPT_BOTH);
+        let had_session = headers.contains_key(header::SESSION_ID);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let resp = self
+            .client
+            .post(self.url.clone())
+            .headers(headers)
+            .timeout(self.exchange_timeout)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| unavailable(upstream, describe_reqwest(&e)))?;
+        self.remember_session(&resp);
+        Ok((resp, had_session))
+    }
+
+    /// Sends a request in the background; its answer is routed by the connection.
+    pub fn spawn_request(&self, conn: Arc<Connection>, id: u64, body: Bytes) {
+        tokio::spawn(async move {
+            let link = http_link(&conn);
+            if let Err(e) = link.exchange(&conn, id, body).await {
+                conn.fail(id, e);
+            }
+        });
+    }
+
+    async fn exchange(
+        &self,
+        conn: &Arc<Connection>,
+        id: u64,
+        body: Bytes,
+    ) -> Result<(), GatewayError> {
+        let upstream = conn.upstream_name();
+        let mut retried = false;
+        loop {
+            let generation = self.generation.load(Ordering::Acquire);
+            let (resp, had_session) = self.post(body.clone(), upstream).await?;
+            let status = resp.status();
+            if status.is_success() && status != StatusCode::ACCEPTED {
+                return self.consume(conn, id, resp).await;
+            }
+            if session_lost(status, had_session) && !retried {
+                drop(resp);
+                retried = true;
+                self.reinitialize(conn, generation).await?;
+                continue;
+            }
+            return Err(self.status_error(upstream, resp).await);
+        }
+    }
+
+    /// Reads a JSON or SSE answer and routes every message in it.
+    async fn consume(
+        &self,
+        conn: &Arc<Connection>,
+        id: u64,
+        mut resp: reqwest::Response,
+    ) -> Result<(), GatewayError> {
+        let upstream = conn.upstream_name();
+        if is_event_stream(resp.headers()) {
+            let mut parser = SseParser::new(self.max_message);
+            loop {
+                let chunk = resp
+                    .chunk()
+                    .await
+                    .map_err(|e| closed(upstream, describe_reqwest(&e)))?;
+                let Some(chunk) = chunk else { break };
+                parser.push(&chunk);
+                while let Some(ev) = parser
+                    .next_event()
+                    .map_err(|e| protocol(upstream, e.to_string()))?
+                {
+                    if !ev.data.is_empty() {
+                        conn.on_message(ev.data, Some(id));
+                    }
+                }
+                if !conn.is_pending(id) {
+                    return Ok(());
+                }
+            }
+            if conn.is_pending(id) {
+                return Err(closed(
+                    upstream,
+                    "the upstream ended its event stream before the response".into(),
+                ));
+            }
+            return Ok(());
+        }
+        let body = read_body(&mut resp, self.max_message, upstream).await?;
+        conn.on_message(body, Some(id));
+        if conn.is_pending(id) {
+            return Err(protocol(
+                upstream,
+                "the upstream's answer did not contain the response".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// POSTs a notification or a response; the upstream answers 202.
+    pub async fn post_message(
+        &self,
+        conn: &Arc<Connection>,
+        body: Bytes,
+    ) -> Result<(), GatewayError> {
+        let upstream = conn.upstream_name();
+        let (resp, _) = self.post(body, upstream).await?;
+        if resp.status().is_success() {
+            return Ok(());
+        }
+        Err(self.status_error(upstream, resp).await)
+    }
+
+    async fn status_error(&self, upstream: &str, resp: reqwest::Response) -> GatewayError {
+        let status = resp.status();
+        let mut resp = resp;
+        let snippet = read_body(&mut resp, 512, upstream)
+            .await
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        tracing::warn!(upstream, %status, body = %snippet, "upstream answered with an error status");
+        match status {
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => unavailable(
+                upstream,
+                format!(
+                    "it rejected the gateway's credentials (HTTP {})",
+                    status.as_u16()
+                ),
+            ),
+            _ => unavailable(upstream, format!("it answered HTTP {}", status.as_u16())),
+        }
+    }
+
+    /// Re-runs the handshake once for all requests that saw the session disappear.
+    async fn reinitialize(&self, conn: &Arc<Connection>, seen: u64) -> Result<(), GatewayError> {
+        let _guard = self.reinit.lock().await;
+        if self.generation.load(Ordering::Acquire) != seen {
+            return Ok(());
+        }
+        tracing::warn!(upstream = %conn.upstream_name(), "upstream session expired; initializing a new one");
+        if let Ok(mut s) = self.session_id.lock() {
+            *s = None;
+        }
+        if let Ok(mut p) = self.protocol_version.lock() {
+            *p = None;
+        }
+        Self::open(conn).await?;
+        if self.listening.load(Ordering::Acquire) {
+            self.restart_listener(conn);
+        }
+        Ok(())
+    }
+
+    /// Opens (once) the GET stream for messages the upstream sends outside of requests.
+    pub fn listen(&self, conn: &Arc<Connection>) {
+        if self.listening.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.restart_listener(conn);
+    }
+
+    fn restart_listener(&self, conn: &Arc<Connection>) {
+        let task = tokio::spawn(listen_loop(Arc::downgrade(conn)));
+        if let Ok(mut l) = self.listener.lock()
+            && let Some(old) = l.replace(task)
+        {
+            old.abort();
+        }
+    }
+
+    /// Stops listening and ends the upstream session with DELETE (best effort, bounded).
+    pub async fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Some(task) = self.listener.lock().ok().and_then(|mut l| l.take()) {
+            task.abort();
+        }
+        if self.session_id().is_none() {
+            return;
+        }
+        let req = self
+            .client
+            .delete(self.url.clone())
+            .headers(self.base_headers(ACCEPT_BOTH))
+            .timeout(DELETE_TIMEOUT)
+            .send();
+        if let Err(e) = req.await {
+            tracing::debug!(error = %describe_reqwest(&e), "upstream session DELETE failed");
+        }
+    }
+}
+
+fn http_link(conn: &Connection) -> &HttpLink {
+    match &conn.link {
+        Link::Http(l) => l,
+        Link::Stdio(_) => unreachable!("HTTP operation on a stdio link"),
+    }
+}
+
+/// The GET stream: reconnects with backoff (and `Last-Event-ID`) until the link closes or the
+/// upstream says it offers no stream.
+async fn listen_loop(conn: Weak<Connection>) {
+    let mut backoff = Duration::from_secs(1);
+    let mut last_event_id: Option<String> = None;
+    loop {
+        let (request, name, max) = {
+            let Some(c) = conn.upgrade() else { return };
+            let l = http_link(&c);
+            if l.closed.load(Ordering::Acquire) {
+                return;
+            }
+            let mut headers = l.base_headers("text/event-stream");
+            if let Some(id) = last_event_id
+                .as_deref()
+                .and_then(|i| HeaderValue::from_str(i).ok())
+            {
+                headers.insert(HeaderName::from_static(header::LAST_EVENT_ID), id);
+            }
+            (
+                l.client.get(l.url.clone()).headers(headers).send(),
+                c.info.name.clone(),
+                l.max_message,
+            )
+        };
+        match request.await {
+            Ok(resp) if resp.status() == StatusCode::METHOD_NOT_ALLOWED => {
+                tracing::debug!(upstream = %name, "upstream offers no GET stream");
+                return;
+            }
+            Ok(resp) if resp.status() == StatusCode::NOT_FOUND => return,
+            Ok(mut resp) if resp.status().is_success() && is_event_stream(resp.headers()) => {
+                backoff = Duration::from_secs(1);
+                let mut parser = SseParser::new(max);
+                'stream: while let Ok(Some(chunk)) = resp.chunk().await {
+                    parser.push(&chunk);
+                    loop {
+                        match parser.next_event() {
+                            Ok(Some(ev)) => {
+                                if ev.id.is_some() {
+                                    last_event_id = ev.id;
+                                }
+                                if !ev.data.is_empty() {
+                                    let Some(c) = conn.upgrade() else { return };
+                                    c.on_message(ev.data, None);
+                                }
+                            }
+                            Ok(None) => break,
+                            Err(e) => {
+                                tracing::warn!(upstream = %name, error = %e, "upstream GET stream sent an oversized event");
+                                break 'stream;
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(resp) => {
+                tracing::debug!(upstream = %name, status = %resp.status(), "upstream GET stream refused");
+            }
+            Err(e) => {
+                tracing::debug!(upstream = %name, error = %describe_reqwest(&e), "upstream GET stream failed");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// 404 means the upstream ended the session; some servers answer 400 instead.
+fn session_lost(status: StatusCode, had_session: bool) -> bool {
+    had_session && (status == StatusCode::NOT_FOUND || status == StatusCode::BAD_REQUEST)
+}
+
+fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("text/event-stream"))
+}
+
+async fn read_body(
+    resp: &mut reqwest::Response,
+    limit: usize,
+    upstream: &str,
+) -> Result<Bytes, GatewayError> {
+    if resp.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(protocol(
+            upstream,
+            format!("the answer exceeds {limit} bytes"),
+        ));
+    }
+    let mut buf = BytesMut::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| closed(upstream, describe_reqwest(&e)))?
+    {
+        if buf.len() + chunk.len() > limit {
+            return Err(protocol(
+                upstream,
+                format!("the answer exceeds {limit} bytes"),
+            ));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+/// A reqwest error without the URL (it may carry credentials in odd configs) or internals.
+fn describe_reqwest(e: &reqwest::Error) -> String {
+    let kind = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "connection failed"
+    } else if e.is_body() || e.is_decode() {
+        "the response body broke off"
+    } else if e.is_request() {
+        "the request could not be sent"
+    } else {
+        "HTTP error"
+    };
+    match std::error::Error::source(e) {
+        Some(src) => format!("{kind}: {src}"),
+        None => kind.to_owned(),
+    }
+}
+
+fn unavailable(upstream: &str, reason: String) -> GatewayError {
+    GatewayError::UpstreamUnavailable {
+        upstream: upstream.to_owned(),
+        reason,
+    }
+}
+
+fn closed(upstream: &str, reason: String) -> GatewayError {
+    GatewayError::UpstreamClosed {
+        upstream: upstream.to_owned(),
+        reason,
+    }
+}
+
+fn protocol(upstream: &str, reason: String) -> GatewayError {
+    GatewayError::UpstreamProtocol {
+        upstream: upstream.to_owned(),
+        reason,
+    }
+}

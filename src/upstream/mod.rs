@@ -1,0 +1,257 @@
+//! Upstream MCP servers: the configured `Upstream`s of a tenant, the `Connection`s the gateway
+//! holds to them (stdio child processes and Streamable HTTP sessions), and the per-request
+//! `ForwardStream` that carries an upstream's answer back with timeouts.
+
+mod connection;
+mod handshake;
+mod http;
+pub mod sse;
+mod stdio;
+mod stream;
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+
+pub use connection::{Connection, InternalReply, Link, Owner};
+pub use handshake::{InitParams, UpstreamServer, error_message};
+pub use stdio::LinkState;
+pub use stream::{ForwardStream, StreamItem};
+
+use crate::config::{Limits, StdioSharing, UpstreamConfig, UpstreamTransport};
+use crate::error::GatewayError;
+use crate::session::LiveSession;
+use crate::tenant::SessionDirectory;
+use http::HttpLink;
+use stdio::StdioLink;
+
+/// What every connection to one upstream shares: its name and bounds.
+#[derive(Debug)]
+pub struct UpstreamInfo {
+    pub name: Arc<str>,
+    /// Position in the tenant's upstream list (the session's link slot).
+    pub index: usize,
+    pub request_timeout: Duration,
+    pub max_request_timeout: Duration,
+    pub init_timeout: Duration,
+    pub max_message: usize,
+}
+
+/// One event for a forwarded request, already in the client's terms (ids, tokens).
+#[derive(Debug)]
+pub enum StreamEvent {
+    /// A notification or server-to-client request related to the request.
+    Message(Bytes),
+    /// A progress notification (restarts the idle timeout).
+    Progress(Bytes),
+    /// The response.
+    Response(Bytes),
+    /// The link failed before the response.
+    Failed(GatewayError),
+}
+
+/// A configured upstream of a tenant.
+pub struct Upstream {
+    pub info: Arc<UpstreamInfo>,
+    pub config: UpstreamConfig,
+    kind: UpstreamKind,
+}
+
+enum UpstreamKind {
+    Stdio {
+        /// The one process of a `shared` upstream; `None` for `per-session`.
+        shared: Option<Arc<Connection>>,
+    },
+    Http {
+        client: reqwest::Client,
+        url: reqwest::Url,
+        headers: HeaderMap,
+    },
+}
+
+impl Upstream {
+    /// Builds the upstream; a shared stdio upstream starts its process right away.
+    pub fn start(
+        config: &UpstreamConfig,
+        index: usize,
+        limits: &Limits,
+        directory: Weak<SessionDirectory>,
+    ) -> Result<Arc<Upstream>, String> {
+        let info = Arc::new(UpstreamInfo {
+            name: config.name.as_str().into(),
+            index,
+            request_timeout: config.request_timeout,
+            max_request_timeout: config.max_request_timeout,
+            init_timeout: config.init_timeout,
+            max_message: limits.max_upstream_message_bytes,
+        });
+        let kind = match &config.transport {
+            UpstreamTransport::Stdio(s) if s.sharing == StdioSharing::Shared => {
+                let conn = Arc::new(Connection::new(
+                    info.clone(),
+                    InitParams::gateway_default(),
+                    Owner::Shared(directory),
+                    Link::Stdio(StdioLink::new(s.clone())),
+                ));
+                start_stdio(&conn);
+                UpstreamKind::Stdio { shared: Some(conn) }
+            }
+            UpstreamTransport::Stdio(_) => UpstreamKind::Stdio { shared: None },
+            UpstreamTransport::Http(h) => {
+                let url = reqwest::Url::parse(&h.url).map_err(|e| format!("invalid URL: {e}"))?;
+                let mut headers = HeaderMap::new();
+                for (name, value) in &h.headers {
+                    let name = HeaderName::from_bytes(name.as_bytes())
+                        .map_err(|_| format!("invalid header name {name:?}"))?;
+                    let mut value = HeaderValue::from_str(value.expose())
+                        .map_err(|_| format!("invalid value for header {name}"))?;
+                    value.set_sensitive(true);
+                    headers.append(name, value);
+                }
+                let client = reqwest::Client::builder()
+                    .connect_timeout(config.init_timeout)
+                    .pool_idle_timeout(Duration::from_secs(90))
+                    .tcp_nodelay(true)
+                    .build()
+                    .map_err(|e| format!("HTTP client: {e}"))?;
+                UpstreamKind::Http {
+                    client,
+                    url,
+                    headers,
+                }
+            }
+        };
+        Ok(Arc::new(Upstream {
+            info,
+            config: config.clone(),
+            kind,
+        }))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    /// The shared connection, if this upstream has one.
+    pub fn shared_connection(&self) -> Option<&Arc<Connection>> {
+        match &self.kind {
+            UpstreamKind::Stdio { shared } => shared.as_ref(),
+            UpstreamKind::Http { .. } => None,
+        }
+    }
+
+    /// A ready connection for `session`: the shared one, or a new dedicated one (a child
+    /// process, or an upstream HTTP session) initialized with the client's capabilities.
+    /// The boolean tells whether the session owns it (and must close it).
+    pub async fn connect(
+        &self,
+        session: &Arc<LiveSession>,
+    ) -> Result<(Arc<Connection>, bool), GatewayError> {
+        let params = InitParams {
+            protocol_version: session.protocol_version,
+            capabilities: session.client_capabilities.clone(),
+            client_info: session.client_info.clone(),
+        };
+        let owner = Owner::Session(Arc::downgrade(session));
+        match &self.kind {
+            UpstreamKind::Stdio { shared: Some(conn) } => {
+                conn.ready(self.info.init_timeout).await?;
+                Ok((conn.clone(), false))
+            }
+            UpstreamKind::Stdio { shared: None } => {
+                let UpstreamTransport::Stdio(cfg) = &self.config.transport else {
+                    return Err(GatewayError::Internal);
+                };
+                let conn = Arc::new(Connection::new(
+                    self.info.clone(),
+                    params,
+                    owner,
+                    Link::Stdio(StdioLink::new(cfg.clone())),
+                ));
+                start_stdio(&conn);
+                if let Err(e) = conn.ready(self.info.init_timeout).await {
+                    conn.close().await;
+                    return Err(e);
+                }
+                Ok((conn, true))
+            }
+            UpstreamKind::Http {
+                client,
+                url,
+                headers,
+            } => {
+                let conn = Arc::new(Connection::new(
+                    self.info.clone(),
+                    params,
+                    owner,
+                    Link::Http(HttpLink::new(
+                        client.clone(),
+                        url.clone(),
+                        headers.clone(),
+                        self.info.max_request_timeout,
+                        self.info.init_timeout,
+                        self.info.max_message,
+                    )),
+                ));
+                if let Err(e) = HttpLink::open(&conn).await {
+                    conn.close().await;
+                    return Err(e);
+                }
+                Ok((conn, true))
+            }
+        }
+    }
+
+    /// Stops the shared process, if any.
+    pub async fn shutdown(&self) {
+        if let Some(conn) = self.shared_connection() {
+            conn.close().await;
+        }
+    }
+}
+
+fn start_stdio(conn: &Arc<Connection>) {
+    if let Link::Stdio(l) = &conn.link {
+        l.start(
+            Arc::downgrade(conn),
+            conn.info.init_timeout,
+            conn.info.max_message,
+        );
+    }
+}
+
+impl Connection {
+    /// Starts relaying the upstream's own stream of unsolicited messages (HTTP GET stream).
+    /// Stdio upstreams always relay; this is a no-op for them.
+    pub fn listen(self: &Arc<Self>) {
+        if let Link::Http(l) = &self.link {
+            l.listen(self);
+        }
+    }
+
+    /// The child process id of a stdio connection (diagnostics and tests).
+    pub fn pid(&self) -> Option<u32> {
+        match &self.link {
+            Link::Stdio(l) => l.pid(),
+            Link::Http(_) => None,
+        }
+    }
+
+    /// Restarts of a stdio connection after unexpected exits.
+    pub fn restarts(&self) -> u64 {
+        match &self.link {
+            Link::Stdio(l) => l.restarts(),
+            Link::Http(_) => 0,
+        }
+    }
+
+    /// The upstream's own session id (HTTP).
+    pub fn upstream_session_id(&self) -> Option<String> {
+        match &self.link {
+            Link::Http(l) => l.session_id(),
+            Link::Stdio(_) => None,
+        }
+    }
+}

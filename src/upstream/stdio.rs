@@ -1,0 +1,510 @@
+//! Stdio upstreams: the child process lifecycle. Spawn with a clean environment in its own
+//! process group, handshake, relay newline-delimited JSON, log stderr, restart with backoff
+//! after a crash, and shut down by closing stdin, then SIGTERM, then SIGKILL (always reaped).
+
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::{mpsc, watch};
+
+use super::connection::Connection;
+use super::handshake;
+use crate::config::StdioConfig;
+use crate::error::GatewayError;
+
+/// Variables a child inherits from the gateway by default; everything else must be listed in
+/// `inherit_env` or set in `env`, so the gateway's own secrets never leak into upstreams.
+const SAFE_ENV: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LC_ALL", "TZ", "TMPDIR",
+];
+/// How long a child may take to exit after its stdin closes, and then after SIGTERM.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+/// Messages queued for a child's stdin before senders wait.
+const WRITE_QUEUE: usize = 1024;
+/// Longest stderr line kept in the logs.
+const MAX_STDERR_LINE: usize = 8 * 1024;
+
+/// Where the child process stands.
+#[derive(Debug, Clone)]
+pub enum LinkState {
+    /// Spawning and handshaking; requests wait.
+    Starting,
+    /// Handshake done; requests flow.
+    Ready,
+    /// Exited or failed to start; a restart is scheduled. Requests fail fast with the reason.
+    Down { reason: Arc<str> },
+    /// Shut down for good.
+    Closed,
+}
+
+pub struct StdioLink {
+    writer: Mutex<Option<mpsc::Sender<Vec<u8>>>>,
+    state: watch::Sender<LinkState>,
+    closing: watch::Sender<bool>,
+    supervisor: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Current child pid (0 when none): for diagnostics and tests.
+    pid: AtomicU32,
+    /// Number of restarts after unexpected exits.
+    restarts: AtomicU64,
+    config: StdioConfig,
+}
+
+impl StdioLink {
+    pub fn new(config: StdioConfig) -> StdioLink {
+        StdioLink {
+            writer: Mutex::new(None),
+            state: watch::channel(LinkState::Starting).0,
+            closing: watch::channel(false).0,
+            supervisor: Mutex::new(None),
+            pid: AtomicU32::new(0),
+            restarts: AtomicU64::new(0),
+            config,
+        }
+    }
+
+    /// Starts the supervisor task that owns the child process.
+    pub fn start(&self, conn: Weak<Connection>, init_timeout: Duration, max_line: usize) {
+        let task = tokio::spawn(supervise(conn, init_timeout, max_line));
+        if let Ok(mut s) = self.supervisor.lock() {
+            *s = Some(task);
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        Some(self.pid.load(Ordering::Relaxed)).filter(|p| *p != 0)
+    }
+
+    pub fn restarts(&self) -> u64 {
+        self.restarts.load(Ordering::Relaxed)
+    }
+
+    pub fn state(&self) -> LinkState {
+        self.state.borrow().clone()
+    }
+
+    /// Waits (bounded) while the child is starting; fails fast while it is down.
+    pub async fn ready(&self, upstream: &str, timeout: Duration) -> Result<(), GatewayError> {
+        let mut rx = self.state.subscribe();
+        let wait = async {
+            loop {
+                let state = rx.borrow_and_update().clone();
+                match state {
+                    LinkState::Ready => return Ok(()),
+                    LinkState::Down { reason } => {
+                        return Err(GatewayError::UpstreamUnavailable {
+                            upstream: upstream.to_owned(),
+                            reason: format!("{reason}; a restart is scheduled"),
+                        });
+                    }
+                    LinkState::Closed => return Err(closed(upstream)),
+                    LinkState::Starting => {}
+                }
+                if rx.changed().await.is_err() {
+                    return Err(closed(upstream));
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait)
+            .await
+            .unwrap_or_else(|_| {
+                Err(GatewayError::UpstreamUnavailable {
+                    upstream: upstream.to_owned(),
+                    reason: format!("still starting after {}ms", timeout.as_millis()),
+                })
+            })
+    }
+
+    /// Queues one message for the child's stdin (a newline is appended here).
+    pub async fn send(&self, upstream: &str, mut bytes: Vec<u8>) -> Result<(), GatewayError> {
+        // Raw newlines can only be insignificant whitespace in valid JSON (inside strings they
+        // must be escaped), so replacing them keeps the message intact and the framing sound.
+        for b in bytes.iter_mut() {
+            if *b == b'\n' || *b == b'\r' {
+                *b = b' ';
+            }
+        }
+        bytes.push(b'\n');
+        let writer = self.writer.lock().ok().and_then(|w| w.clone());
+        let Some(writer) = writer else {
+            return Err(GatewayError::UpstreamUnavailable {
+                upstream: upstream.to_owned(),
+                reason: "the process is not running".into(),
+            });
+        };
+        writer
+            .send(bytes)
+            .await
+            .map_err(|_| GatewayError::UpstreamClosed {
+                upstream: upstream.to_owned(),
+                reason: "the process stopped reading its input".into(),
+            })
+    }
+
+    /// Shuts the child down (stdin close → SIGTERM → SIGKILL) and waits for the supervisor.
+    pub async fn close(&self) {
+        self.closing.send_replace(true);
+        let task = self.supervisor.lock().ok().and_then(|mut s| s.take());
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+        self.state.send_replace(LinkState::Closed);
+    }
+}
+
+fn closed(upstream: &str) -> GatewayError {
+    GatewayError::UpstreamClosed {
+        upstream: upstream.to_owned(),
+        reason: "the upstream was shut down".into(),
+    }
+}
+
+fn link(conn: &Connection) -> &StdioLink {
+    match &conn.link {
+        super::connection::Link::Stdio(l) => l,
+        super::connection::Link::Http(_) => unreachable!("stdio supervisor on an HTTP link"),
+    }
+}
+
+/// The supervisor: one child at a time, restarted with exponential backoff until closed.
+async fn supervise(conn: Weak<Connection>, init_timeout: Duration, max_line: usize) {
+    let (mut closing, config, name, initial, max_backoff) = {
+        let Some(c) = conn.upgrade() else { return };
+        let l = link(&c);
+        (
+            l.closing.subscribe(),
+            l.config.clone(),
+            c.info.name.clone(),
+            l.config.restart.initial_backoff,
+            l.config.restart.max_backoff,
+        )
+    };
+    let mut backoff = initial;
+    loop {
+        if *closing.borrow() {
+            break;
+        }
+        if let Some(c) = conn.upgrade() {
+            link(&c).state.send_replace(LinkState::Starting);
+        }
+        let started = Instant::now();
+        let reason =
+            match run_once(&conn, &config, &name, init_timeout, max_line, &mut closing).await {
+                RunEnd::Closed => break,
+                RunEnd::Exited(reason) => reason,
+            };
+        let Some(c) = conn.upgrade() else { break };
+        let l = link(&c);
+        c.fail_all(&GatewayError::UpstreamClosed {
+            upstream: name.to_string(),
+            reason: reason.clone(),
+        });
+        if *closing.borrow() {
+            break;
+        }
+        if started.elapsed() >= max_backoff {
+            backoff = initial;
+        }
+        l.restarts.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(upstream = %name, reason = %reason, backoff_ms = backoff.as_millis() as u64, "stdio upstream down; restarting");
+        l.state.send_replace(LinkState::Down {
+            reason: reason.into(),
+        });
+        drop(c);
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = closing.changed() => break,
+        }
+        backoff = (backoff * 2).min(max_backoff);
+    }
+    if let Some(c) = conn.upgrade() {
+        link(&c).state.send_replace(LinkState::Closed);
+    }
+}
+
+enum RunEnd {
+    /// The link was closed on purpose; the child has been stopped.
+    Closed,
+    /// The child exited, or could not start or handshake.
+    Exited(String),
+}
+
+/// Spawns one child, handshakes, and waits until it exits or the link closes.
+async fn run_once(
+    conn: &Weak<Connection>,
+    config: &StdioConfig,
+    name: &str,
+    init_timeout: Duration,
+    max_line: usize,
+    closing: &mut watch::Receiver<bool>,
+) -> RunEnd {
+    let mut child = match spawn(config) {
+        Ok(c) => c,
+        Err(e) => return RunEnd::Exited(format!("failed to start {:?}: {e}", config.command)),
+    };
+    let pid = child.id().unwrap_or(0);
+    let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+    let (Some(stdin), Some(stdout), Some(stderr)) = (stdin, stdout, stderr) else {
+        stop(&mut child).await;
+        return RunEnd::Exited("the child's pipes were not available".into());
+    };
+    let (tx, rx) = mpsc::channel(WRITE_QUEUE);
+    tokio::spawn(write_stdin(stdin, rx));
+    let reader = tokio::spawn(read_stdout(stdout, conn.clone(), max_line, name.to_owned()));
+    tokio::spawn(log_stderr(stderr, name.to_owned()));
+    {
+        let Some(c) = conn.upgrade() else {
+            stop(&mut child).await;
+            return RunEnd::Closed;
+        };
+        let l = link(&c);
+        l.pid.store(pid, Ordering::Relaxed);
+        if let Ok(mut w) = l.writer.lock() {
+            *w = Some(tx);
+        }
+    }
+
+    // Handshake, unless the child dies or the link closes first.
+    let handshake = async {
+        let c = conn.upgrade().ok_or_else(|| closed(name))?;
+        let params = c.init_params.clone();
+        handshake::initialize(&c, &params, init_timeout).await
+    };
+    let outcome = tokio::select! {
+        r = handshake => Ok(r),
+        status = child.wait() => Err(status),
+        _ = closing.changed() => {
+            clear_writer(conn);
+            stop(&mut child).await;
+            return RunEnd::Closed;
+        }
+    };
+    let exited = match outcome {
+        Ok(Ok(server)) => {
+            if let Some(c) = conn.upgrade() {
+                tracing::info!(upstream = %name, pid, protocol = %server.protocol_version, "stdio upstream ready");
+                c.set_server(server);
+                link(&c).state.send_replace(LinkState::Ready);
+            }
+            tokio::select! {
+                status = child.wait() => status,
+                _ = closing.changed() => {
+                    clear_writer(conn);
+                    stop(&mut child).await;
+                    return RunEnd::Closed;
+                }
+            }
+        }
+        Ok(Err(e)) => {
+            clear_writer(conn);
+            stop(&mut child).await;
+            return RunEnd::Exited(format!("handshake failed: {e}"));
+        }
+        Err(status) => status,
+    };
+    clear_writer(conn);
+    // Let the reader deliver what the child wrote before exiting (bounded: grandchildren may
+    // hold the pipe open).
+    let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
+    RunEnd::Exited(describe_exit(exited))
+}
+
+fn clear_writer(conn: &Weak<Connection>) {
+    if let Some(c) = conn.upgrade() {
+        let l = link(&c);
+        if let Ok(mut w) = l.writer.lock() {
+            *w = None;
+        }
+        l.pid.store(0, Ordering::Relaxed);
+    }
+}
+
+fn describe_exit(status: std::io::Result<ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => format!("the process exited with status {code}"),
+            (None, Some(sig)) => format!("the process was killed by signal {sig}"),
+            _ => "the process exited".into(),
+        },
+        Err(e) => format!("waiting for the process failed: {e}"),
+    }
+}
+
+fn spawn(config: &StdioConfig) -> std::io::Result<Child> {
+    let mut cmd = Command::new(&config.command);
+    cmd.args(&config.args)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        // Own process group, so shutdown signals reach grandchildren (npx → node, sh → ...).
+        .process_group(0);
+    for var in SAFE_ENV
+        .iter()
+        .copied()
+        .chain(config.inherit_env.iter().map(String::as_str))
+    {
+        if let Some(v) = std::env::var_os(var) {
+            cmd.env(var, v);
+        }
+    }
+    for (k, v) in &config.env {
+        cmd.env(k, v.expose());
+    }
+    if let Some(cwd) = &config.cwd {
+        cmd.current_dir(cwd);
+    }
+    cmd.spawn()
+}
+
+/// Closes stdin (already done by dropping the writer), then SIGTERM, then SIGKILL to the
+/// process group; always reaps the child.
+async fn stop(child: &mut Child) {
+    if tokio::time::timeout(EXIT_GRACE, child.wait()).await.is_ok() {
+        return;
+    }
+    let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) else {
+        let _ = child.wait().await;
+        return;
+    };
+    let _ = killpg(Pid::from_raw(pid), Signal::SIGTERM);
+    if tokio::time::timeout(EXIT_GRACE, child.wait()).await.is_ok() {
+        return;
+    }
+    let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+    let _ = child.kill().await;
+    let _ = child.wait().await;
+}
+
+async fn write_stdin(mut stdin: ChildStdin, mut rx: mpsc::Receiver<Vec<u8>>) {
+    while let Some(bytes) = rx.recv().await {
+        if stdin.write_all(&bytes).await.is_err() {
+            break;
+        }
+    }
+    // Dropping stdin closes the pipe: the child sees EOF.
+}
+
+/// One line read by [`BoundedLines`].
+enum Line {
+    Complete(Vec<u8>),
+    /// Longer than the bound: only the first `max` bytes are kept.
+    TooLong(Vec<u8>),
+}
+
+/// Newline-delimited reading that never buffers more than `max` bytes of one line.
+struct BoundedLines<R> {
+    reader: BufReader<R>,
+    max: usize,
+}
+
+impl<R: AsyncRead + Unpin> BoundedLines<R> {
+    fn new(inner: R, max: usize) -> Self {
+        BoundedLines {
+            reader: BufReader::with_capacity(64 * 1024, inner),
+            max,
+        }
+    }
+
+    /// The next line without its terminator (`\n` or `\r\n`); `None` at end of input.
+    async fn next(&mut self) -> Option<Line> {
+        let mut line = Vec::new();
+        let mut overflow = false;
+        loop {
+            let buf = match self.reader.fill_buf().await {
+                Ok([]) | Err(_) => {
+                    return (!line.is_empty()).then(|| finish(line, overflow));
+                }
+                Ok(buf) => buf,
+            };
+            let (chunk, used, complete) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (&buf[..i], i + 1, true),
+                None => (buf, buf.len(), false),
+            };
+            let room = self.max.saturating_sub(line.len());
+            if chunk.len() > room {
+                overflow = true;
+            }
+            line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            self.reader.consume(used);
+            if complete {
+                return Some(finish(line, overflow));
+            }
+        }
+    }
+}
+
+fn finish(mut line: Vec<u8>, overflow: bool) -> Line {
+    if overflow {
+        return Line::TooLong(line);
+    }
+    if line.last() == Some(&b'\r') {
+        line.pop();
+    }
+    Line::Complete(line)
+}
+
+/// Routes each stdout line to the connection; over-long lines are dropped with an error log.
+async fn read_stdout(
+    stdout: impl AsyncRead + Unpin,
+    conn: Weak<Connection>,
+    max_line: usize,
+    name: String,
+) {
+    let mut lines = BoundedLines::new(stdout, max_line);
+    while let Some(line) = lines.next().await {
+        match line {
+            Line::TooLong(_) => {
+                tracing::error!(upstream = %name, limit = max_line, "dropped a message larger than the limit from the upstream");
+            }
+            Line::Complete(line) if line.iter().all(u8::is_ascii_whitespace) => {}
+            Line::Complete(line) => {
+                let Some(c) = conn.upgrade() else { break };
+                c.on_message(Bytes::from(line), None);
+            }
+        }
+    }
+}
+
+/// Logs each stderr line of the child (truncated to a bound).
+async fn log_stderr(stderr: impl AsyncRead + Unpin, name: String) {
+    let mut lines = BoundedLines::new(stderr, MAX_STDERR_LINE);
+    while let Some(Line::Complete(line) | Line::TooLong(line)) = lines.next().await {
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end();
+        if !text.is_empty() {
+            tracing::info!(target: "switchyard::upstream::stderr", upstream = %name, "{text}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[tokio::test]
+    async fn bounded_lines_split_strip_cr_and_cap_length() {
+        let input: &[u8] = b"{\"a\":1}\r\nshort\n0123456789abc\nlast";
+        let mut lines = BoundedLines::new(input, 10);
+        let mut out = vec![];
+        while let Some(l) = lines.next().await {
+            out.push(match l {
+                Line::Complete(v) => format!("ok:{}", String::from_utf8(v).unwrap()),
+                Line::TooLong(v) => format!("long:{}", String::from_utf8(v).unwrap()),
+            });
+        }
+        assert_eq!(
+            out,
+            ["ok:{\"a\":1}", "ok:short", "long:0123456789", "ok:last"]
+        );
+    }
+}

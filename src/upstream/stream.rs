@@ -1,0 +1,136 @@
+//! `ForwardStream`: the events of one forwarded request, with the request's idle timeout
+//! (restarted by progress) and hard deadline. On timeout the upstream gets
+//! `notifications/cancelled`. Dropping the stream early (the client went away) is not a
+//! cancellation: the request is drained in the background until it finishes or times out.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::{Connection, StreamEvent};
+use crate::error::GatewayError;
+use crate::jsonrpc::OwnedId;
+use crate::session::LiveSession;
+
+/// What the client gets next for a forwarded request.
+#[derive(Debug)]
+pub enum StreamItem {
+    /// A notification or request to pass on before the response.
+    Message(Bytes),
+    /// The response (or an error response) in the client's terms: the last item.
+    Final(Bytes),
+    /// The client cancelled the request: nothing more will come.
+    Cancelled,
+}
+
+pub struct ForwardStream {
+    inner: Option<Inner>,
+}
+
+struct Inner {
+    rx: mpsc::UnboundedReceiver<StreamEvent>,
+    conn: Arc<Connection>,
+    upstream_id: u64,
+    client_id: OwnedId,
+    idle: Duration,
+    idle_deadline: Instant,
+    hard_deadline: Instant,
+    max: Duration,
+    session: Weak<LiveSession>,
+}
+
+impl ForwardStream {
+    pub fn new(
+        rx: mpsc::UnboundedReceiver<StreamEvent>,
+        conn: Arc<Connection>,
+        upstream_id: u64,
+        client_id: OwnedId,
+        session: Weak<LiveSession>,
+    ) -> ForwardStream {
+        let now = Instant::now();
+        let idle = conn.info.request_timeout;
+        let max = conn.info.max_request_timeout;
+        ForwardStream {
+            inner: Some(Inner {
+                rx,
+                conn,
+                upstream_id,
+                client_id,
+                idle,
+                idle_deadline: now + idle,
+                hard_deadline: now + max,
+                max,
+                session,
+            }),
+        }
+    }
+
+    /// The next item; `None` once the final item has been returned.
+    pub async fn next(&mut self) -> Option<StreamItem> {
+        let inner = self.inner.as_mut()?;
+        let item = inner.next().await;
+        if !matches!(item, StreamItem::Message(_))
+            && let Some(inner) = self.inner.take()
+        {
+            inner.finish();
+        }
+        Some(item)
+    }
+}
+
+impl Inner {
+    async fn next(&mut self) -> StreamItem {
+        let hard = self.idle_deadline >= self.hard_deadline;
+        let deadline = self.idle_deadline.min(self.hard_deadline);
+        tokio::select! {
+            ev = self.rx.recv() => match ev {
+                Some(StreamEvent::Progress(b)) => {
+                    self.idle_deadline = Instant::now() + self.idle;
+                    StreamItem::Message(b)
+                }
+                Some(StreamEvent::Message(b)) => StreamItem::Message(b),
+                Some(StreamEvent::Response(b)) => StreamItem::Final(b),
+                Some(StreamEvent::Failed(e)) => StreamItem::Final(e.to_jsonrpc(Some(&self.client_id))),
+                None => StreamItem::Cancelled,
+            },
+            _ = tokio::time::sleep_until(deadline) => {
+                let after = if hard { self.max } else { self.idle };
+                self.conn.cancel(self.upstream_id, "the gateway's request timeout elapsed");
+                tracing::warn!(upstream = %self.conn.upstream_name(), timeout_ms = after.as_millis() as u64, "upstream request timed out; cancellation sent");
+                let err = GatewayError::UpstreamTimeout {
+                    upstream: self.conn.upstream_name().to_owned(),
+                    after,
+                };
+                StreamItem::Final(err.to_jsonrpc(Some(&self.client_id)))
+            }
+        }
+    }
+
+    fn finish(self) {
+        if let Some(session) = self.session.upgrade() {
+            session.end_inflight(&self.client_id);
+        }
+    }
+}
+
+impl Drop for ForwardStream {
+    fn drop(&mut self) {
+        let Some(mut inner) = self.inner.take() else {
+            return;
+        };
+        // The client stopped listening; the request still runs to its end (or its timeout).
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                loop {
+                    if !matches!(inner.next().await, StreamItem::Message(_)) {
+                        break;
+                    }
+                }
+                inner.finish();
+            });
+        }
+    }
+}

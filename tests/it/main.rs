@@ -1,0 +1,10 @@
+//! The integration test binary: every test talks to a gateway over real sockets, with real
+//! child processes and real external MCP peers.
+
+mod support;
+
+mod process;
+mod sdk_clients;
+mod transport_rules;
+mod upstream_http;
+mod upstream_stdio;

@@ -1,0 +1,95 @@
+//! Building validated `Config`s in code for tests.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use switchyard::config::*;
+
+/// The gateway binary built by cargo for this test run.
+pub fn gateway_exe() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_switchyard"))
+}
+
+pub fn stdio(command: impl Into<String>, args: &[&str]) -> StdioConfig {
+    StdioConfig {
+        command: command.into(),
+        args: args.iter().map(|s| s.to_string()).collect(),
+        env: BTreeMap::new(),
+        inherit_env: vec![],
+        cwd: None,
+        sharing: StdioSharing::Shared,
+        restart: RestartPolicy {
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+        },
+    }
+}
+
+/// The project's demo server over stdio, with the test-only tools and an optional trace file.
+pub fn demo_stdio(trace: Option<&std::path::Path>) -> StdioConfig {
+    let mut args = vec![
+        "demo-server".to_string(),
+        "--stdio".into(),
+        "--test-tools".into(),
+    ];
+    if let Some(t) = trace {
+        args.push("--trace".into());
+        args.push(t.display().to_string());
+    }
+    StdioConfig {
+        args,
+        ..stdio(gateway_exe().display().to_string(), &[])
+    }
+}
+
+pub fn upstream(name: &str, transport: UpstreamTransport) -> UpstreamConfig {
+    UpstreamConfig {
+        name: name.into(),
+        transport,
+        request_timeout: Duration::from_secs(30),
+        max_request_timeout: Duration::from_secs(120),
+        init_timeout: Duration::from_secs(30),
+    }
+}
+
+pub fn http(url: &str) -> UpstreamTransport {
+    UpstreamTransport::Http(HttpConfig {
+        url: url.into(),
+        headers: vec![],
+    })
+}
+
+pub fn tenant(name: &str, upstreams: Vec<UpstreamConfig>) -> TenantConfig {
+    TenantConfig {
+        name: name.into(),
+        path: format!("/t/{name}/mcp"),
+        server: ServerIdentity {
+            name: format!("switchyard-{name}"),
+            version: "0.0.0-test".into(),
+            title: None,
+            instructions: None,
+        },
+        prefix: PrefixConfig {
+            mode: PrefixMode::Conditional,
+            separator: "__".into(),
+        },
+        upstreams,
+    }
+}
+
+pub fn config(tenants: Vec<TenantConfig>) -> Config {
+    Config {
+        source: None,
+        listen: "127.0.0.1:0".parse().expect("static address"),
+        limits: Limits {
+            max_body_bytes: 256 * 1024,
+            max_upstream_message_bytes: 16 * 1024 * 1024,
+        },
+        sessions: SessionConfig {
+            ttl: Duration::from_secs(600),
+            store: StoreConfig::Memory,
+        },
+        tenants,
+    }
+}

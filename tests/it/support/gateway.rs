@@ -1,0 +1,63 @@
+//! A gateway served in-process on 127.0.0.1:0 over real sockets, stopped on drop.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use switchyard::config::Config;
+use switchyard::gateway::Gateway;
+use tokio::sync::oneshot;
+
+pub struct TestGateway {
+    pub addr: SocketAddr,
+    pub gateway: Arc<Gateway>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl TestGateway {
+    pub async fn start(config: Config) -> TestGateway {
+        let gateway = switchyard::app::build(&config).expect("gateway builds");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local addr");
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(switchyard::app::serve(
+            listener,
+            gateway.clone(),
+            async move {
+                let _ = rx.await;
+            },
+        ));
+        TestGateway {
+            addr,
+            gateway,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// The MCP endpoint URL of a tenant.
+    pub fn url(&self, tenant: &str) -> String {
+        format!("http://{}/t/{tenant}/mcp", self.addr)
+    }
+
+    /// Stops serving and waits (bounded) for every upstream to be shut down.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(20), task).await;
+        }
+    }
+}
+
+impl Drop for TestGateway {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! Shared test support: building configs, running a gateway on 127.0.0.1:0, a raw MCP client
+//! over real HTTP, and locating the external peers installed by scripts/install-test-deps.sh.
+
+#![allow(dead_code)]
+
+pub mod client;
+pub mod config;
+pub mod gateway;
+pub mod peers;
+pub mod rawhttp;
+
+use std::time::Duration;
+
+/// Polls `check` every 20ms until it returns true or `limit` passes.
+pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    check()
+}
+
+/// Whether a process with this pid exists (and is not a zombie).
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // Field 3 is the state; Z = zombie, X = dead.
+            let state = stat
+                .rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next());
+            !matches!(state, Some("Z") | Some("X"))
+        }
+        Err(_) => false,
+    }
+}
+
+/// A directory under the system temp dir, removed on drop.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("switchyard-{label}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+
+    pub fn path(&self, name: &str) -> std::path::PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The JSON messages recorded in a demo server trace file so far.
+pub fn read_trace(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}

@@ -1,0 +1,188 @@
+//! Streamable HTTP upstreams: a restarted upstream that forgot its sessions (404 from the demo
+//! server, 400 from server-everything) is re-initialized transparently; timeouts send a
+//! cancellation; an unreachable upstream gets a clear error; unsolicited upstream messages
+//! reach the client's GET stream.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+use crate::support::client::RawClient;
+use crate::support::config::{config, http, tenant, upstream};
+use crate::support::gateway::TestGateway;
+use crate::support::peers::{HttpPeer, free_port};
+use crate::support::{TempDir, eventually, read_trace};
+use switchyard::upstream::sse::SseParser;
+
+fn text_of(reply: &Value) -> String {
+    reply["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text result in {reply}"))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn demo_upstream_restart_404_is_reinitialized() {
+    let port = free_port();
+    let peer = HttpPeer::demo(port, &[]).await;
+    let gw = TestGateway::start(config(vec![tenant(
+        "h",
+        vec![upstream("demo", http(&peer.url()))],
+    )]))
+    .await;
+    let mut c = RawClient::new(gw.url("h"));
+    c.initialize().await;
+    let r = c.call_tool("echo", json!({"message": "before"})).await;
+    assert_eq!(text_of(r.last()), "before");
+
+    // A new process on the same port knows none of the old sessions (answers 404).
+    peer.kill().await;
+    let peer = HttpPeer::demo(port, &[]).await;
+    let r = c.call_tool("echo", json!({"message": "after"})).await;
+    assert_eq!(text_of(r.last()), "after", "{:?}", r.last());
+    gw.stop().await;
+    peer.kill().await;
+}
+
+#[tokio::test]
+async fn everything_restart_400_is_reinitialized() {
+    let port = free_port();
+    let peer = HttpPeer::everything(port).await;
+    let gw = TestGateway::start(config(vec![tenant(
+        "h",
+        vec![upstream("ev", http(&peer.url()))],
+    )]))
+    .await;
+    let mut c = RawClient::new(gw.url("h"));
+    c.initialize().await;
+    let r = c.call_tool("echo", json!({"message": "before"})).await;
+    assert_eq!(text_of(r.last()), "Echo: before");
+
+    // server-everything answers an unknown session with 400, not 404.
+    peer.kill().await;
+    let peer = HttpPeer::everything(port).await;
+    let r = c.call_tool("echo", json!({"message": "after"})).await;
+    assert_eq!(text_of(r.last()), "Echo: after", "{:?}", r.last());
+    gw.stop().await;
+    peer.kill().await;
+}
+
+#[tokio::test]
+async fn http_upstream_timeout_sends_cancellation() {
+    let dir = TempDir::new("http-timeout");
+    let trace = dir.path("trace.jsonl");
+    let trace_arg = trace.display().to_string();
+    let peer = HttpPeer::demo(free_port(), &["--trace", &trace_arg]).await;
+    let mut up = upstream("demo", http(&peer.url()));
+    up.request_timeout = Duration::from_millis(300);
+    let gw = TestGateway::start(config(vec![tenant("h", vec![up])])).await;
+    let mut c = RawClient::new(gw.url("h"));
+    c.initialize().await;
+    let r = c.call_tool("sleep", json!({"ms": 5000})).await;
+    assert_eq!(r.last()["error"]["code"], -32001);
+    assert_eq!(
+        r.last()["error"]["message"],
+        "upstream \"demo\" did not answer within 300ms"
+    );
+    let cancelled = eventually(Duration::from_secs(5), || {
+        let msgs = read_trace(&trace);
+        let id = msgs
+            .iter()
+            .find(|m| m["params"]["name"] == "sleep")
+            .map(|m| m["id"].clone());
+        id.is_some_and(|id| {
+            msgs.iter()
+                .any(|m| m["method"] == "notifications/cancelled" && m["params"]["requestId"] == id)
+        })
+    })
+    .await;
+    assert!(cancelled, "trace: {:?}", read_trace(&trace));
+    gw.stop().await;
+    peer.kill().await;
+}
+
+#[tokio::test]
+async fn unreachable_http_upstream_gets_a_clear_error() {
+    let port = free_port();
+    let gw = TestGateway::start(config(vec![tenant(
+        "h",
+        vec![upstream(
+            "gone",
+            http(&format!("http://127.0.0.1:{port}/mcp")),
+        )],
+    )]))
+    .await;
+    let mut c = RawClient::new(gw.url("h"));
+    c.initialize().await;
+    let r = c.call_tool("echo", json!({"message": "x"})).await;
+    assert_eq!(r.status, 200);
+    let err = &r.last()["error"];
+    assert_eq!(err["code"], -32010, "{err}");
+    let msg = err["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.starts_with("upstream \"gone\" is unavailable: connection failed"),
+        "{msg}"
+    );
+    assert_eq!(err["data"]["upstream"], "gone");
+
+    // Once it is there, the same session recovers without reconnecting.
+    let peer = HttpPeer::demo(port, &[]).await;
+    let r = c.call_tool("echo", json!({"message": "back"})).await;
+    assert_eq!(text_of(r.last()), "back", "{:?}", r.last());
+    gw.stop().await;
+    peer.kill().await;
+}
+
+/// server-everything's simulated logging sends `notifications/message` outside any request;
+/// the gateway relays them from the upstream's GET stream to the client's GET stream.
+#[tokio::test]
+async fn unsolicited_upstream_messages_reach_the_get_stream() {
+    let peer = HttpPeer::everything(free_port()).await;
+    let gw = TestGateway::start(config(vec![tenant(
+        "h",
+        vec![upstream("ev", http(&peer.url()))],
+    )]))
+    .await;
+    let mut c = RawClient::new(gw.url("h"));
+    c.initialize().await;
+    let session = c.session.clone().unwrap_or_default();
+    let stream = c
+        .http
+        .get(&c.url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .expect("GET stream opens");
+    assert_eq!(stream.status(), 200);
+    let r = c
+        .request("logging/setLevel", json!({"level": "debug"}))
+        .await;
+    assert!(r.last()["result"].is_object(), "{:?}", r.last());
+    let r = c.call_tool("toggle-simulated-logging", json!({})).await;
+    assert!(r.last()["result"].is_object(), "{:?}", r.last());
+
+    let mut body = stream.bytes_stream();
+    let mut parser = SseParser::new(1 << 20);
+    let found = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(Ok(chunk)) = body.next().await {
+            parser.push(&chunk);
+            while let Ok(Some(ev)) = parser.next_event() {
+                if ev.data.is_empty() {
+                    continue;
+                }
+                let msg: Value = serde_json::from_slice(&ev.data).expect("JSON event");
+                if msg["method"] == "notifications/message" {
+                    return msg;
+                }
+            }
+        }
+        Value::Null
+    })
+    .await
+    .expect("a log message arrives on the GET stream within 20s");
+    assert!(found["params"]["level"].is_string(), "{found}");
+    gw.stop().await;
+    peer.kill().await;
+}

@@ -1,0 +1,301 @@
+//! Stdio upstreams under stress: a crash mid-request (clear error, restart), a slow upstream
+//! (timeout error, cancellation sent), progress extending the idle timeout, the hard cap,
+//! client cancellation, and the child's clean environment.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::client::RawClient;
+use crate::support::config::{config, demo_stdio, tenant, upstream};
+use crate::support::gateway::TestGateway;
+use crate::support::peers::everything_stdio;
+use crate::support::{TempDir, eventually, process_alive, read_trace};
+use switchyard::config::{Secret, StdioSharing, UpstreamConfig, UpstreamTransport};
+
+fn demo_upstream(trace: Option<&std::path::Path>, sharing: StdioSharing) -> UpstreamConfig {
+    let mut stdio = demo_stdio(trace);
+    stdio.sharing = sharing;
+    upstream("demo", UpstreamTransport::Stdio(stdio))
+}
+
+fn text_of(reply: &Value) -> String {
+    reply["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text result in {reply}"))
+        .to_owned()
+}
+
+async fn pid_of(c: &RawClient) -> u32 {
+    let r = c.call_tool("pid", json!({})).await;
+    text_of(r.last())
+        .parse()
+        .expect("pid tool answers a number")
+}
+
+async fn crash_and_restart(sharing: StdioSharing) {
+    let gw = TestGateway::start(config(vec![tenant(
+        "s",
+        vec![demo_upstream(None, sharing)],
+    )]))
+    .await;
+    let mut c = RawClient::new(gw.url("s"));
+    c.initialize().await;
+    let first_pid = pid_of(&c).await;
+
+    // A request in flight when the process dies gets a clear error, as does the crash call.
+    let slow = {
+        let url = gw.url("s");
+        let session = c.session.clone();
+        tokio::spawn(async move {
+            let mut other = RawClient::new(url);
+            other.session = session;
+            other.call_tool("sleep", json!({"ms": 20000})).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let crash = c.call_tool("crash", json!({"exit_code": 7})).await;
+    for reply in [crash, slow.await.expect("slow call task")] {
+        assert_eq!(reply.status, 200);
+        let err = &reply.last()["error"];
+        assert_eq!(err["code"], -32000, "{err}");
+        let msg = err["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.contains("\"demo\"") && msg.contains("exited with status 7"),
+            "message names the upstream and the exit: {msg}"
+        );
+    }
+    assert!(!process_alive(first_pid), "the crashed child was reaped");
+
+    // It comes back by itself, with a new process.
+    let mut second_pid = None;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        let r = c.call_tool("pid", json!({})).await;
+        if r.last()["result"].is_object() {
+            second_pid = Some(text_of(r.last()).parse::<u32>().expect("pid"));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let second_pid = second_pid.expect("the upstream restarted within 10s");
+    assert_ne!(first_pid, second_pid);
+    let r = c
+        .call_tool("echo", json!({"message": "after restart"}))
+        .await;
+    assert_eq!(text_of(r.last()), "after restart");
+    gw.stop().await;
+    assert!(
+        !process_alive(second_pid),
+        "the child is stopped with the gateway"
+    );
+}
+
+#[tokio::test]
+async fn shared_process_crash_fails_in_flight_and_restarts() {
+    crash_and_restart(StdioSharing::Shared).await;
+}
+
+#[tokio::test]
+async fn per_session_process_crash_fails_in_flight_and_restarts() {
+    crash_and_restart(StdioSharing::PerSession).await;
+}
+
+#[tokio::test]
+async fn slow_upstream_times_out_and_gets_cancelled() {
+    let dir = TempDir::new("slow");
+    let trace = dir.path("trace.jsonl");
+    let mut up = demo_upstream(Some(&trace), StdioSharing::Shared);
+    up.request_timeout = Duration::from_millis(300);
+    let gw = TestGateway::start(config(vec![tenant("s", vec![up])])).await;
+    let mut c = RawClient::new(gw.url("s"));
+    c.initialize().await;
+
+    let start = Instant::now();
+    let r = c.call_tool("sleep", json!({"ms": 5000})).await;
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(3),
+        "{elapsed:?}"
+    );
+    let err = &r.last()["error"];
+    assert_eq!(err["code"], -32001, "{err}");
+    assert_eq!(
+        err["message"],
+        "upstream \"demo\" did not answer within 300ms"
+    );
+    assert_eq!(err["data"]["upstream"], "demo");
+
+    // The upstream saw the call, then a cancellation for exactly that request id.
+    let cancelled_for_call = eventually(Duration::from_secs(5), || {
+        let msgs = read_trace(&trace);
+        let call_id = msgs
+            .iter()
+            .find(|m| m["method"] == "tools/call" && m["params"]["name"] == "sleep")
+            .map(|m| m["id"].clone());
+        call_id.is_some_and(|id| {
+            msgs.iter()
+                .any(|m| m["method"] == "notifications/cancelled" && m["params"]["requestId"] == id)
+        })
+    })
+    .await;
+    assert!(cancelled_for_call, "trace: {:?}", read_trace(&trace));
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn progress_restarts_the_idle_timeout_until_the_hard_cap() {
+    let mut up = demo_upstream(None, StdioSharing::Shared);
+    up.request_timeout = Duration::from_millis(400);
+    up.max_request_timeout = Duration::from_millis(2500);
+    let gw = TestGateway::start(config(vec![tenant("s", vec![up])])).await;
+    let mut c = RawClient::new(gw.url("s"));
+    c.initialize().await;
+
+    // 1.5s of work with progress every 100ms: never idle for 400ms, so it completes.
+    let r = c
+        .request(
+            "tools/call",
+            json!({"name": "sleep", "arguments": {"ms": 1500, "steps": 15},
+                   "_meta": {"progressToken": "tok-A"}}),
+        )
+        .await;
+    assert_eq!(
+        r.content_type(),
+        "text/event-stream",
+        "progress makes it a stream"
+    );
+    let progress: Vec<&Value> = r
+        .messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .collect();
+    assert_eq!(progress.len(), 15, "{:#?}", r.messages);
+    assert!(
+        progress
+            .iter()
+            .all(|p| p["params"]["progressToken"] == "tok-A")
+    );
+    assert_eq!(progress[14]["params"]["progress"], 15);
+    assert_eq!(text_of(r.last()), "slept 1500ms");
+
+    // Progress cannot keep a request alive past max_timeout.
+    let start = Instant::now();
+    let r = c
+        .request(
+            "tools/call",
+            json!({"name": "sleep", "arguments": {"ms": 10000, "steps": 100},
+                   "_meta": {"progressToken": 7}}),
+        )
+        .await;
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(2500) && elapsed < Duration::from_secs(5),
+        "{elapsed:?}"
+    );
+    assert!(r.messages.len() > 10, "progress arrived before the cap");
+    assert!(r.messages[0]["params"]["progressToken"] == 7);
+    assert_eq!(r.last()["error"]["code"], -32001);
+    assert_eq!(
+        r.last()["error"]["message"],
+        "upstream \"demo\" did not answer within 2500ms"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn client_cancellation_is_relayed_with_the_upstream_id() {
+    let dir = TempDir::new("cancel");
+    let trace = dir.path("trace.jsonl");
+    let gw = TestGateway::start(config(vec![tenant(
+        "s",
+        vec![demo_upstream(Some(&trace), StdioSharing::Shared)],
+    )]))
+    .await;
+    let mut c = RawClient::new(gw.url("s"));
+    c.initialize().await;
+    let call = {
+        let mut other = RawClient::new(gw.url("s"));
+        other.session = c.session.clone();
+        tokio::spawn(async move {
+            other
+                .post(
+                    &json!({"jsonrpc": "2.0", "id": "call-1", "method": "tools/call",
+                              "params": {"name": "sleep", "arguments": {"ms": 20000}}}),
+                )
+                .await
+        })
+    };
+    let seen = eventually(Duration::from_secs(5), || {
+        read_trace(&trace)
+            .iter()
+            .any(|m| m["params"]["name"] == "sleep")
+    })
+    .await;
+    assert!(seen, "the call reached the upstream");
+    let r = c
+        .post(
+            &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                      "params": {"requestId": "call-1", "reason": "user abort"}}),
+        )
+        .await;
+    assert_eq!(r.status, 202);
+    let reply = tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .expect("the cancelled call ends promptly")
+        .expect("task");
+    assert_eq!(reply.last()["error"]["code"], -32800);
+    assert_eq!(reply.last()["id"], "call-1");
+
+    let msgs = read_trace(&trace);
+    let upstream_id = msgs
+        .iter()
+        .find(|m| m["params"]["name"] == "sleep")
+        .map(|m| m["id"].clone())
+        .expect("call in trace");
+    assert_ne!(
+        upstream_id,
+        json!("call-1"),
+        "the upstream sees the gateway's own id"
+    );
+    let relayed = eventually(Duration::from_secs(5), || {
+        read_trace(&trace).iter().any(|m| {
+            m["method"] == "notifications/cancelled"
+                && m["params"]["requestId"] == upstream_id
+                && m["params"]["reason"] == "user abort"
+        })
+    })
+    .await;
+    assert!(relayed, "trace: {:?}", read_trace(&trace));
+    gw.stop().await;
+}
+
+/// The child sees the safe variables and what config adds, not the gateway's environment.
+#[tokio::test]
+async fn stdio_children_get_a_clean_environment() {
+    let mut stdio = everything_stdio();
+    stdio
+        .env
+        .insert("SWITCHYARD_TEST_SETTING".into(), Secret::new("from-config"));
+    let gw = TestGateway::start(config(vec![tenant(
+        "env",
+        vec![upstream("everything", UpstreamTransport::Stdio(stdio))],
+    )]))
+    .await;
+    let mut c = RawClient::new(gw.url("env"));
+    c.initialize().await;
+    let r = c.call_tool("get-env", json!({})).await;
+    let text = r.last()["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(text.contains("SWITCHYARD_TEST_SETTING"), "{text}");
+    assert!(text.contains("from-config"));
+    assert!(text.contains("\"PATH\""), "PATH is inherited: {text}");
+    // Cargo sets this for the test process (and so the in-process gateway); it must not leak.
+    assert!(
+        !text.contains("CARGO_MANIFEST_DIR"),
+        "gateway env leaked: {text}"
+    );
+    gw.stop().await;
+}

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""MCP client scenario runner built on the official Python SDK (mcp==2.3.0).
+
+Run with the venv installed by scripts/install-test-deps.sh:
+
+    $SWITCHYARD_PEERS/venv/bin/python tests/peers/py_client.py <mcp-url> <scenario> \
+        [--mode legacy|auto] [--prefix P] [--timeout SECONDS]
+
+SWITCHYARD_PEERS defaults to <repo>/target/peers. Prints exactly ONE JSON object
+on stdout (diagnostics go to stderr); exits 0 on success, non-zero with a
+message on stderr on failure (stdout then carries {"sdk":..., "error": "..."}).
+
+--mode   "auto" (default): the SDK probes `server/discover` (2026-07-28) and falls
+         back to the `initialize` handshake; "legacy": initialize only.
+--prefix Only consider tools whose name starts with P (the gateway may expose the
+         same tool from several upstreams as `<upstream>__<tool>`). Tools are
+         otherwise selected by name suffix, and exactly one must match.
+
+Scenarios: see SCENARIOS at the bottom (currently: everything).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import logging
+import sys
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+from mcp import Client, Implementation
+
+SDK = f"python-mcp-{importlib.metadata.version('mcp')}"
+LIST_PAGE_CAP = 100
+
+
+class ScenarioError(Exception):
+    pass
+
+
+def log(msg: str) -> None:
+    print(f"py_client: {msg}", file=sys.stderr, flush=True)
+
+
+async def list_all_tools(client: Client) -> list[str]:
+    names: list[str] = []
+    cursor: str | None = None
+    for _ in range(LIST_PAGE_CAP):
+        page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+        names.extend(t.name for t in page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            return names
+    raise ScenarioError(f"tools/list did not end after {LIST_PAGE_CAP} pages")
+
+
+def pick_tool(names: list[str], suffix: str, prefix: str | None) -> str:
+    found = [n for n in names if n.endswith(suffix) and (prefix is None or n.startswith(prefix))]
+    if len(found) != 1:
+        raise ScenarioError(
+            f"expected exactly one tool ending with {suffix!r}"
+            + (f" and starting with {prefix!r}" if prefix else "")
+            + f", found {found} among {names}"
+        )
+    return found[0]
+
+
+def text_of(result: Any, tool: str) -> str:
+    if result.is_error:
+        raise ScenarioError(f"tool {tool} returned isError: {result.model_dump(mode='json', by_alias=True)}")
+    texts = [c.text for c in result.content if getattr(c, "type", None) == "text"]
+    if not texts:
+        raise ScenarioError(f"tool {tool} returned no text content: {result.model_dump(mode='json', by_alias=True)}")
+    return texts[0]
+
+
+async def scenario_everything(client: Client, args: argparse.Namespace, out: dict[str, Any]) -> None:
+    tools = await list_all_tools(client)
+    out["tools"] = tools
+
+    echo = pick_tool(tools, "echo", args.prefix)
+    out["echo"] = text_of(await client.call_tool(echo, {"message": "hello from python"}), echo)
+
+    add = pick_tool(tools, "get-sum", args.prefix)
+    out["sum"] = text_of(await client.call_tool(add, {"a": 2, "b": 3}), add)
+
+    lro = pick_tool(tools, "trigger-long-running-operation", args.prefix)
+    progress: list[list[float | None]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append([value, total])
+
+    result = await client.call_tool(lro, {"duration": 1, "steps": 4}, progress_callback=on_progress)
+    out["longRunning"] = text_of(result, lro)
+    out["progress"] = progress
+
+
+SCENARIOS: dict[str, Callable[[Client, argparse.Namespace, dict[str, Any]], Awaitable[None]]] = {
+    "everything": scenario_everything,
+}
+
+
+def _num(v: Any) -> Any:
+    # Render 1.0 as 1 so the JSON matches the JS clients' output.
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"sdk": SDK, "mode": args.mode, "scenario": args.scenario}
+    with anyio.fail_after(args.timeout):
+        async with Client(
+            args.url,
+            mode=args.mode,
+            read_timeout_seconds=args.timeout,
+            client_info=Implementation(name="switchyard-peer-python", version=SDK),
+        ) as client:
+            out["protocolVersion"] = client.protocol_version
+            info = client.server_info
+            out["serverName"] = info.name if info else None
+            out["serverVersion"] = info.version if info else None
+            log(f"connected: protocol {out['protocolVersion']}, server {out['serverName']} {out['serverVersion']}")
+            await SCENARIOS[args.scenario](client, args, out)
+        # Leaving the context manager closes the session (HTTP DELETE with the session id).
+    if "progress" in out:
+        out["progress"] = [[_num(p), _num(t)] for p, t in out["progress"]]
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("url")
+    p.add_argument("scenario", choices=sorted(SCENARIOS))
+    p.add_argument("--mode", choices=["legacy", "auto"], default="auto")
+    p.add_argument("--prefix", default=None)
+    p.add_argument("--timeout", type=float, default=60.0, help="overall deadline in seconds (default 60)")
+    p.add_argument("--verbose", action="store_true", help="SDK debug logging to stderr")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=sys.stderr)
+
+    try:
+        out = anyio.run(run, args)
+    except BaseException as e:  # noqa: BLE001 - report anything, incl. ExceptionGroup / timeouts
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        msg = f"{type(e).__name__}: {e}"
+        # Unwrap task-group exception groups to the first leaf for a readable message.
+        leaf: BaseException = e
+        while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
+            leaf = leaf.exceptions[0]
+        if leaf is not e:
+            msg = f"{type(leaf).__name__}: {leaf}"
+        if isinstance(leaf, TimeoutError):
+            msg = f"timed out after {args.timeout}s ({msg})"
+        log(f"FAILED: {msg}")
+        traceback.print_exception(e, file=sys.stderr)
+        print(json.dumps({"sdk": SDK, "scenario": args.scenario, "error": msg}), flush=True)
+        return 1
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
