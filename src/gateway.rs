@@ -67,6 +67,12 @@ impl Gateway {
             .filter(|s| &*s.key.user == user && !s.is_closed())
             .ok_or(GatewayError::SessionNotFound)?;
         session.touch();
+        // The stored TTL slides too, but one store write per tenth of the TTL is enough.
+        if session.store_touch_due(self.session_ttl / 10)
+            && let Err(e) = self.store.touch(&session.key, self.session_ttl).await
+        {
+            tracing::warn!(error = %e, "could not refresh a session's time-to-live");
+        }
         Ok(session)
     }
 
@@ -83,12 +89,13 @@ impl Gateway {
         live.is_some() || stored
     }
 
-    /// Ends sessions idle for longer than the TTL. Returns how many ended.
+    /// Ends sessions idle for longer than the TTL (no request, no open stream). Returns how
+    /// many ended.
     pub async fn expire_idle(&self) -> usize {
         let mut ended = 0;
         for tenant in self.tenants.values() {
             for s in tenant.directory.all() {
-                if s.idle_since().elapsed() >= self.session_ttl {
+                if s.idle_since().elapsed() >= self.session_ttl && !s.is_attached() {
                     tracing::info!(tenant = %tenant.name, session = ?s.key.id, "session expired");
                     self.end_session(tenant, &s.key).await;
                     ended += 1;

@@ -64,13 +64,18 @@ mod tests {
             .unwrap();
         let resp = router(gateway()).oneshot(req).await.unwrap();
         let status = resp.status();
-        let body = axum::body::to_bytes(resp.into_body(), 1 << 16).await.unwrap();
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+            .await
+            .unwrap();
         (status, String::from_utf8_lossy(&body).into_owned())
     }
 
     #[tokio::test]
     async fn health_unknown_paths_and_methods_without_a_socket() {
-        assert_eq!(call("GET", "/healthz").await, (StatusCode::OK, "ok\n".into()));
+        assert_eq!(
+            call("GET", "/healthz").await,
+            (StatusCode::OK, "ok\n".into())
+        );
         assert_eq!(call("GET", "/nowhere").await.0, StatusCode::NOT_FOUND);
         let (status, body) = call("PATCH", "/t/a/mcp").await;
         assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);

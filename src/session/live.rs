@@ -53,6 +53,8 @@ pub struct LiveSession {
     get_stream: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
     /// Last client activity, for idle expiry of the live state.
     last_seen: Mutex<Instant>,
+    /// Last time the stored record's time-to-live was restarted (store writes are throttled).
+    last_store_touch: Mutex<Instant>,
     closed: AtomicBool,
 }
 
@@ -79,6 +81,7 @@ impl LiveSession {
             next_server_request: AtomicU64::new(1),
             get_stream: Mutex::new(None),
             last_seen: Mutex::new(Instant::now()),
+            last_store_touch: Mutex::new(Instant::now()),
             closed: AtomicBool::new(false),
         }
     }
@@ -102,6 +105,24 @@ impl LiveSession {
             .lock()
             .map(|t| *t)
             .unwrap_or_else(|_| Instant::now())
+    }
+
+    /// Whether the client is still attached: a GET stream open or requests in flight. Such a
+    /// session is not idle, however long ago its last POST was.
+    pub fn is_attached(&self) -> bool {
+        self.has_get_stream() || self.inflight.lock().is_ok_and(|m| !m.is_empty())
+    }
+
+    /// True at most once per `every`: time to restart the stored record's time-to-live.
+    pub fn store_touch_due(&self, every: std::time::Duration) -> bool {
+        let Ok(mut last) = self.last_store_touch.lock() else {
+            return false;
+        };
+        if last.elapsed() < every {
+            return false;
+        }
+        *last = Instant::now();
+        true
     }
 
     pub fn is_closed(&self) -> bool {

@@ -89,7 +89,10 @@ async fn check_validates_and_lists_every_error() {
     let example = crate::support::peers::repo().join("config/example.yaml");
     let (code, stdout, stderr) = run_check(&example, &[]).await;
     assert_eq!(code, 0, "{stderr}");
-    assert!(stdout.contains("ok (2 tenant(s), 3 upstream(s))"), "{stdout}");
+    assert!(
+        stdout.contains("ok (2 tenant(s), 3 upstream(s))"),
+        "{stdout}"
+    );
     let (code, _, stderr) = run_check(&demo, &[]).await;
     assert_eq!(code, 1);
     assert!(

@@ -329,3 +329,38 @@ async fn get_and_other_methods() {
     assert_eq!(health.status(), 200);
     gw.stop().await;
 }
+
+/// Sessions expire after the TTL without activity; an open GET stream keeps one alive.
+#[tokio::test]
+async fn idle_sessions_expire_but_listening_ones_stay() {
+    let mut cfg = config(vec![tenant(
+        "rules",
+        vec![upstream("demo", UpstreamTransport::Stdio(demo_stdio(None)))],
+    )]);
+    cfg.sessions.ttl = std::time::Duration::from_millis(300);
+    let gw = TestGateway::start(cfg).await;
+    let mut idle = RawClient::new(gw.url("rules"));
+    idle.initialize().await;
+    let mut listening = RawClient::new(gw.url("rules"));
+    listening.initialize().await;
+    let stream = listening
+        .http
+        .get(&listening.url)
+        .header("accept", "text/event-stream")
+        .header(
+            "mcp-session-id",
+            listening.session.clone().unwrap_or_default(),
+        )
+        .send()
+        .await
+        .expect("GET stream");
+    assert_eq!(stream.status(), 200);
+
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let r = idle.request("ping", json!({})).await;
+    assert_transport_error(&r, 404, -32001, "Session not found");
+    let r = listening.request("ping", json!({})).await;
+    assert_eq!(r.status, 200, "a listening session is not idle: {r:?}");
+    drop(stream);
+    gw.stop().await;
+}

@@ -10,7 +10,7 @@ use crate::support::client::RawClient;
 use crate::support::config::{config, demo_stdio, tenant, upstream};
 use crate::support::gateway::TestGateway;
 use crate::support::peers::everything_stdio;
-use crate::support::{TempDir, eventually, process_alive, read_trace};
+use crate::support::{TempDir, eventually, process_gone, read_trace};
 use switchyard::config::{Secret, StdioSharing, UpstreamConfig, UpstreamTransport};
 
 fn demo_upstream(trace: Option<&std::path::Path>, sharing: StdioSharing) -> UpstreamConfig {
@@ -65,7 +65,8 @@ async fn crash_and_restart(sharing: StdioSharing) {
             "message names the upstream and the exit: {msg}"
         );
     }
-    assert!(!process_alive(first_pid), "the crashed child was reaped");
+    let reaped = eventually(Duration::from_secs(5), || process_gone(first_pid)).await;
+    assert!(reaped, "the crashed child was reaped, not left a zombie");
 
     // It comes back by itself, with a new process.
     let mut second_pid = None;
@@ -85,10 +86,8 @@ async fn crash_and_restart(sharing: StdioSharing) {
         .await;
     assert_eq!(text_of(r.last()), "after restart");
     gw.stop().await;
-    assert!(
-        !process_alive(second_pid),
-        "the child is stopped with the gateway"
-    );
+    let reaped = eventually(Duration::from_secs(5), || process_gone(second_pid)).await;
+    assert!(reaped, "the child is stopped and reaped with the gateway");
 }
 
 #[tokio::test]

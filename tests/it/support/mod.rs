@@ -23,6 +23,11 @@ pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> boo
     check()
 }
 
+/// Whether a process is gone entirely: exited and reaped (a zombie still has a /proc entry).
+pub fn process_gone(pid: u32) -> bool {
+    !std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// Whether a process with this pid exists (and is not a zombie).
 pub fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
