@@ -66,6 +66,9 @@ enum Command {
         /// Test only: ignore SIGTERM and stdin EOF (only SIGKILL stops it).
         #[arg(long, requires = "stdio")]
         stubborn: bool,
+        /// Serve the conformance-suite fixture catalog instead of the demo one.
+        #[arg(long)]
+        conformance: bool,
         /// Append every received message to this file (one JSON per line).
         #[arg(long)]
         trace: Option<PathBuf>,
@@ -96,12 +99,14 @@ fn main() -> ExitCode {
                 name,
                 test_tools,
                 stubborn,
+                conformance,
                 trace,
             } => {
                 let opts = DemoOptions {
                     name,
                     test_tools,
                     stubborn,
+                    conformance,
                     trace_file: trace,
                 };
                 demo_server(stdio, http, opts).await

@@ -1,5 +1,6 @@
 //! The Streamable HTTP transport at `/mcp`: header checks, session table keyed by
-//! `Mcp-Session-Id`, JSON responses, and SSE only for tool calls that stream progress.
+//! `Mcp-Session-Id`, JSON responses, and SSE only for tool calls that stream (progress, log
+//! messages, requests to the client, whose answers arrive as separate POSTs).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -127,7 +128,7 @@ async fn post(st: &HttpState, headers: &HeaderMap, body: Body) -> Response {
     match session.handle(msg) {
         Outcome::Reply(reply) if is_request => json(StatusCode::OK, reply),
         Outcome::Reply(_) | Outcome::Nothing => empty(StatusCode::ACCEPTED),
-        Outcome::Deferred(work) if work.sends_progress() => {
+        Outcome::Deferred(work) if work.streams() => {
             let (tx, rx) = mpsc::channel::<Bytes>(16);
             tokio::spawn(async move {
                 if let Some(reply) = work.run(Some(&tx)).await {

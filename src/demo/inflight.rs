@@ -1,5 +1,6 @@
 //! In-flight deferred requests: the id keys `notifications/cancelled` is matched by, and the
-//! cancellable `sleep` runner that reports progress and forgets itself when dropped.
+//! cancellable runner (the demo's `sleep`, the fixture's streaming tools) that forgets itself
+//! when dropped.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::fixture_tools::FixtureJob;
 use super::server::Session;
 use super::wire;
 
@@ -37,7 +39,17 @@ pub(crate) struct InFlight {
     pub(crate) cancel: oneshot::Sender<()>,
 }
 
-/// A `sleep` call in flight. Dropping it (e.g. aborting its task) forgets it.
+/// What a deferred request does.
+#[derive(Debug)]
+pub(crate) enum Job {
+    /// The demo's `sleep`: wait `ms` in total, sending `steps` progress notifications.
+    Sleep { ms: u64, steps: u64 },
+    /// A conformance-fixture tool that streams or talks back to the client.
+    Fixture(FixtureJob),
+}
+
+/// A request in flight (`sleep`, or a fixture tool). Dropping it (e.g. aborting its task)
+/// forgets it.
 #[derive(Debug)]
 pub(crate) struct Deferred {
     session: Arc<Session>,
@@ -46,18 +58,16 @@ pub(crate) struct Deferred {
     cancel: oneshot::Receiver<()>,
     id: Box<RawValue>,
     progress_token: Option<Box<RawValue>>,
-    ms: u64,
-    steps: u64,
+    job: Job,
 }
 
 impl Deferred {
-    /// Registers a cancellable `sleep`; `Err` is the error response to send instead.
+    /// Registers a cancellable request; `Err` is the error response to send instead.
     pub(crate) fn start(
         session: &Arc<Session>,
         id: &RawValue,
         progress_token: Option<&RawValue>,
-        ms: u64,
-        steps: u64,
+        job: Job,
     ) -> Result<Deferred, Bytes> {
         let bad = |msg| wire::error(Some(id), wire::INVALID_REQUEST, msg);
         let key = id_key(id).ok_or_else(|| bad("Invalid Request: bad id"))?;
@@ -71,44 +81,58 @@ impl Deferred {
             cancel,
             id: id.to_owned(),
             progress_token: progress_token.map(RawValue::to_owned),
-            ms,
-            steps,
+            job,
         })
     }
 
-    /// Whether running this sends progress notifications before the response.
-    pub(crate) fn sends_progress(&self) -> bool {
-        self.progress_token.is_some()
+    /// Whether running this may send messages (progress or log notifications, requests to the
+    /// client) before the response; then [`Self::run`] needs an output channel.
+    pub(crate) fn streams(&self) -> bool {
+        match &self.job {
+            Job::Sleep { .. } => self.progress_token.is_some(),
+            Job::Fixture(job) => job.streams(self.progress_token.is_some()),
+        }
     }
 
-    /// Waits, sending progress notifications to `out` (required when [`Self::sends_progress`]);
-    /// returns the response, or `None` if the request was cancelled (then nothing must be sent
-    /// for it).
+    /// Does the work, sending notifications and requests to `out` (required when
+    /// [`Self::streams`]); returns the response, or `None` if the request was cancelled (then
+    /// nothing must be sent for it).
     pub(crate) async fn run(mut self, out: Option<&mpsc::Sender<Bytes>>) -> Option<Bytes> {
-        let (ms, steps) = (self.ms, self.steps);
         let token = self.progress_token.as_deref();
+        let (job, id, peer) = (&self.job, &*self.id, &self.session.peer);
         let work = async {
-            let total = Duration::from_millis(ms);
-            match (token, out) {
-                (Some(token), Some(out)) if steps > 0 => {
-                    let start = Instant::now();
-                    let total_us = u128::from(ms) * 1000;
-                    for i in 1..=steps {
-                        let at_us = total_us * u128::from(i) / u128::from(steps);
-                        let at = Duration::from_micros(u64::try_from(at_us).unwrap_or(u64::MAX));
-                        tokio::time::sleep_until(start + at).await;
-                        // A gone receiver only means nobody listens; keep the timing honest.
-                        let _ = out.send(wire::progress(token, i, steps)).await;
-                    }
+            match job {
+                Job::Sleep { ms, steps } => {
+                    sleep(*ms, *steps, token, out).await;
+                    wire::tool_text(id, &format!("slept {ms}ms"), false)
                 }
-                _ => tokio::time::sleep(total).await,
+                Job::Fixture(job) => job.run(peer, id, token, out).await,
             }
         };
         tokio::select! {
             biased;
             _ = &mut self.cancel => None,
-            () = work => Some(wire::tool_text(&self.id, &format!("slept {ms}ms"), false)),
+            reply = work => Some(reply),
         }
+    }
+}
+
+/// Waits `ms`, spreading `steps` progress notifications over the wait when there is a token
+/// and somewhere to send them.
+async fn sleep(ms: u64, steps: u64, token: Option<&RawValue>, out: Option<&mpsc::Sender<Bytes>>) {
+    match (token, out) {
+        (Some(token), Some(out)) if steps > 0 => {
+            let start = Instant::now();
+            let total_us = u128::from(ms) * 1000;
+            for i in 1..=steps {
+                let at_us = total_us * u128::from(i) / u128::from(steps);
+                let at = Duration::from_micros(u64::try_from(at_us).unwrap_or(u64::MAX));
+                tokio::time::sleep_until(start + at).await;
+                // A gone receiver only means nobody listens; keep the timing honest.
+                let _ = out.send(wire::progress(token, i, steps)).await;
+            }
+        }
+        _ => tokio::time::sleep(Duration::from_millis(ms)).await,
     }
 }
 

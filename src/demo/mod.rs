@@ -4,15 +4,29 @@
 //! Tools: `echo`, `add`, `sleep` (progress + cancellation); with `test_tools` also `crash`,
 //! `stderr` and `pid`. One prompt (`greeting`), one resource (`demo://readme`). Both transports share the
 //! per-session core in `server`.
+//!
+//! With `conformance`, the server is instead the conformance fixture (`fixture`,
+//! `fixture_tools`): the catalog the official MCP conformance suite's server scenarios call,
+//! including tools that send `sampling/createMessage` and `elicitation/create` to the client
+//! (`peer`) and wait for its answer.
 
 mod catalog;
+mod fixture;
+mod fixture_tools;
 mod http;
 mod inflight;
+mod peer;
 mod server;
 mod stdio;
 mod tools;
 mod wire;
 
+#[cfg(test)]
+mod conformance_http_tests;
+#[cfg(test)]
+mod conformance_stdio_tests;
+#[cfg(test)]
+mod conformance_tests;
 #[cfg(test)]
 mod http_tests;
 #[cfg(test)]
@@ -35,6 +49,9 @@ pub struct DemoOptions {
     pub stubborn: bool,
     /// If set, every received JSON-RPC message is appended to this file, one JSON per line.
     pub trace_file: Option<PathBuf>,
+    /// Serve the conformance fixture (the tools, prompts and resources the official MCP
+    /// conformance suite's server scenarios call) instead of the demo catalog.
+    pub conformance: bool,
 }
 
 /// Serves one session as newline-delimited JSON on stdin/stdout until stdin reaches EOF.

@@ -1,11 +1,13 @@
 //! The transport-independent protocol core: shared per-server state (cached result bytes, trace
-//! file) and the per-session state machine turning one incoming message into its outputs.
+//! file, demo catalog or conformance fixture) and the per-session state machine turning one
+//! incoming message into its outputs.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Write as _};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use bytes::Bytes;
 use serde::Deserialize;
@@ -14,10 +16,11 @@ use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
 use super::DemoOptions;
-use super::catalog;
-use super::inflight::{Deferred, IdKey, InFlight, id_key};
+use super::inflight::{Deferred, IdKey, InFlight, Job, id_key};
+use super::peer::{LOG_LEVELS, PEER_TIMEOUT, Peer};
 use super::tools::{self, ToolRun, Transport};
 use super::wire::{self, INVALID_PARAMS, METHOD_NOT_FOUND, Message};
+use super::{catalog, fixture, fixture_tools};
 
 /// Protocol revisions the demo speaks, newest first.
 pub(crate) const SUPPORTED_VERSIONS: [&str; 4] =
@@ -25,42 +28,54 @@ pub(crate) const SUPPORTED_VERSIONS: [&str; 4] =
 
 const DEFAULT_NAME: &str = "switchyard-demo";
 const INSTRUCTIONS: &str = "Demo upstream shipped with Switchyard: echo, add, sleep.";
-const LOG_LEVELS: [&str; 8] = [
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-];
+const CAPABILITIES: &[u8] =
+    br#"{"tools":{"listChanged":false},"prompts":{},"resources":{},"logging":{}}"#;
 
 /// State shared by every session of one server.
 pub(crate) struct Server {
     test_tools: bool,
+    /// Serving the conformance fixture instead of the demo catalog.
+    fixture: bool,
+    /// How long a server-to-client request waits for the client's answer.
+    peer_timeout: Duration,
     /// Everything of the initialize result after the protocol version string.
     init_tail: Vec<u8>,
     tools_list: Vec<u8>,
+    prompts_list: Cow<'static, [u8]>,
+    resources_list: Cow<'static, [u8]>,
+    templates_list: Cow<'static, [u8]>,
     trace: Option<Mutex<File>>,
 }
 
 impl Server {
     pub(crate) fn new(opts: &DemoOptions) -> io::Result<Arc<Server>> {
+        Self::with_peer_timeout(opts, PEER_TIMEOUT)
+    }
+
+    /// [`Server::new`] with another timeout for server-to-client requests.
+    pub(crate) fn with_peer_timeout(
+        opts: &DemoOptions,
+        peer_timeout: Duration,
+    ) -> io::Result<Arc<Server>> {
         let name = if opts.name.is_empty() {
             DEFAULT_NAME
         } else {
             &opts.name
         };
-        let mut init_tail = Vec::with_capacity(256);
-        init_tail.extend_from_slice(
-            br#"","capabilities":{"tools":{"listChanged":false},"prompts":{},"resources":{},"logging":{}},"serverInfo":{"name":"#,
-        );
+        let (capabilities, instructions) = if opts.conformance {
+            (fixture::CAPABILITIES, fixture::INSTRUCTIONS)
+        } else {
+            (CAPABILITIES, INSTRUCTIONS)
+        };
+        let mut init_tail = Vec::with_capacity(320);
+        init_tail.extend_from_slice(b"\",\"capabilities\":");
+        init_tail.extend_from_slice(capabilities);
+        init_tail.extend_from_slice(b",\"serverInfo\":{\"name\":");
         wire::push_str(&mut init_tail, name);
         init_tail.extend_from_slice(b",\"version\":");
         wire::push_str(&mut init_tail, env!("CARGO_PKG_VERSION"));
         init_tail.extend_from_slice(b"},\"instructions\":");
-        wire::push_str(&mut init_tail, INSTRUCTIONS);
+        wire::push_str(&mut init_tail, instructions);
         init_tail.push(b'}');
         let trace = match &opts.trace_file {
             Some(path) => Some(Mutex::new(
@@ -68,12 +83,33 @@ impl Server {
             )),
             None => None,
         };
-        Ok(Arc::new(Server {
-            test_tools: opts.test_tools,
+        let (tools_list, prompts_list, resources_list, templates_list) = if opts.conformance {
+            (
+                fixture_tools::list_result(),
+                fixture::prompts_list().into(),
+                fixture::resources_list().into(),
+                fixture::templates_list().into(),
+            )
+        } else {
+            (
+                tools::list_result(opts.test_tools),
+                catalog::PROMPTS_LIST.into(),
+                catalog::RESOURCES_LIST.into(),
+                catalog::TEMPLATES_LIST.into(),
+            )
+        };
+        let server = Server {
+            test_tools: opts.test_tools && !opts.conformance,
+            fixture: opts.conformance,
+            peer_timeout,
             init_tail,
-            tools_list: tools::list_result(opts.test_tools),
+            tools_list,
+            prompts_list,
+            resources_list,
+            templates_list,
             trace,
-        }))
+        };
+        Ok(Arc::new(server))
     }
 
     pub(crate) fn session(self: &Arc<Self>, transport: Transport) -> Arc<Session> {
@@ -81,6 +117,7 @@ impl Server {
             server: Arc::clone(self),
             transport,
             state: Mutex::new(State::default()),
+            peer: Peer::new(self.peer_timeout),
         })
     }
 
@@ -142,12 +179,16 @@ pub(crate) struct Session {
     server: Arc<Server>,
     transport: Transport,
     state: Mutex<State>,
+    /// The client's capabilities, log threshold, subscriptions, and requests sent to it.
+    pub(crate) peer: Peer,
 }
 
 #[derive(Deserialize)]
 struct InitializeParams<'a> {
     #[serde(rename = "protocolVersion", borrow)]
     protocol_version: Cow<'a, str>,
+    #[serde(default, borrow)]
+    capabilities: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -221,7 +262,12 @@ impl Session {
                 self.notification(&method, params);
                 Outcome::Nothing
             }
-            Message::Response => Outcome::Nothing,
+            Message::Response { id, result, error } => {
+                if !self.peer.resolve(id, result, error) {
+                    tracing::debug!(id = id.get(), "demo server: response to no pending request");
+                }
+                Outcome::Nothing
+            }
         }
     }
 
@@ -252,34 +298,44 @@ impl Session {
         method: &str,
         params: Option<&RawValue>,
     ) -> Outcome {
+        if self.server.fixture
+            && let Some(reply) = fixture::request(&self.peer, id, method, params)
+        {
+            return Outcome::Reply(reply);
+        }
         let reply = match method {
             "tools/call" => return self.call_tool(id, params),
             "initialize" => self.initialize(id, params),
             "ping" => wire::response(id, b"{}"),
             "tools/list" => wire::response(id, &self.server.tools_list),
-            "prompts/list" => wire::response(id, catalog::PROMPTS_LIST),
+            "prompts/list" => wire::response(id, &self.server.prompts_list),
             "prompts/get" => match params {
                 Some(p) => catalog::get_prompt(id, p),
                 None => missing_params(id, method),
             },
-            "resources/list" => wire::response(id, catalog::RESOURCES_LIST),
+            "resources/list" => wire::response(id, &self.server.resources_list),
             "resources/read" => match params {
                 Some(p) => catalog::read_resource(id, p),
                 None => missing_params(id, method),
             },
-            "resources/templates/list" => wire::response(id, catalog::TEMPLATES_LIST),
+            "resources/templates/list" => wire::response(id, &self.server.templates_list),
             "logging/setLevel" => {
                 match params.map(|p| serde_json::from_str::<SetLevelParams<'_>>(p.get())) {
                     None => missing_params(id, method),
                     Some(Err(e)) => catalog::invalid_params(id, method, &e),
-                    Some(Ok(p)) if !LOG_LEVELS.contains(&&*p.level) => {
-                        let msg = format!(
-                            "Invalid params for logging/setLevel: unknown level `{}`",
-                            p.level
-                        );
-                        wire::error(Some(id), INVALID_PARAMS, &msg)
-                    }
-                    Some(Ok(_)) => wire::response(id, b"{}"),
+                    Some(Ok(p)) => match LOG_LEVELS.iter().position(|l| *l == p.level) {
+                        Some(level) => {
+                            self.peer.set_log_threshold(level as u8);
+                            wire::response(id, b"{}")
+                        }
+                        None => {
+                            let msg = format!(
+                                "Invalid params for logging/setLevel: unknown level `{}`",
+                                p.level
+                            );
+                            wire::error(Some(id), INVALID_PARAMS, &msg)
+                        }
+                    },
                 }
             }
             _ => {
@@ -304,6 +360,7 @@ impl Session {
             .find(|v| *v == p.protocol_version)
             .unwrap_or(SUPPORTED_VERSIONS[0]);
         self.lock().protocol_version = Some(version);
+        self.peer.declare(p.capabilities);
         let tail = &self.server.init_tail;
         wire::response_with(id, tail.len() + 40, |buf| {
             buf.extend_from_slice(b"{\"protocolVersion\":\"");
@@ -333,6 +390,9 @@ impl Session {
             let msg = "Invalid params for tools/call: `_meta.progressToken` must be a string or an integer";
             return Outcome::Reply(wire::error(Some(id), INVALID_PARAMS, msg));
         }
+        if self.server.fixture {
+            return fixture_tools::call(self, id, &p.name, p.arguments, token);
+        }
         let run = tools::call(&p.name, p.arguments, self.transport, self.server.test_tools);
         match run {
             Err(()) => {
@@ -343,7 +403,8 @@ impl Session {
             Ok(ToolRun::Failed(text)) => Outcome::Reply(wire::tool_text(id, &text, true)),
             Ok(ToolRun::Exit(code)) => Outcome::Exit(code),
             Ok(ToolRun::Sleep { ms, steps }) => {
-                match Deferred::start(self, id, token.filter(|_| steps > 0), ms, steps) {
+                let token = token.filter(|_| steps > 0);
+                match Deferred::start(self, id, token, Job::Sleep { ms, steps }) {
                     Ok(work) => Outcome::Deferred(work),
                     Err(reply) => Outcome::Reply(reply),
                 }

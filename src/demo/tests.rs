@@ -375,13 +375,13 @@ pub(super) fn sleep_msg(id: &str, ms: u64, steps: u64, token: Option<&str>) -> S
 async fn sleep_with_progress() {
     let s = session();
     let plain = deferred(&s, &sleep_msg("1", 5, 3, None));
-    assert!(!plain.sends_progress());
+    assert!(!plain.streams());
     let out = timeout(LIMIT, plain.run(None)).await.unwrap().unwrap();
     let r: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(text_of(&r), ("slept 5ms".to_owned(), false));
 
     let d = deferred(&s, &sleep_msg("\"s1\"", 60, 3, Some("\"tok\"")));
-    assert!(d.sends_progress());
+    assert!(d.streams());
     let (tx, mut rx) = mpsc::channel(8);
     let started = Instant::now();
     let out = timeout(LIMIT, d.run(Some(&tx))).await.unwrap().unwrap();

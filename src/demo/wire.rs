@@ -27,8 +27,13 @@ pub(crate) enum Message<'a> {
         method: Cow<'a, str>,
         params: Option<&'a RawValue>,
     },
-    /// A response to a server-initiated request. The demo sends none, so these are dropped.
-    Response,
+    /// A response to a server-to-client request (only the conformance fixture sends those);
+    /// exactly one of `result` and `error` is set.
+    Response {
+        id: &'a RawValue,
+        result: Option<&'a RawValue>,
+        error: Option<&'a RawValue>,
+    },
 }
 
 impl Message<'_> {
@@ -102,7 +107,11 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Message<'_>, Bytes> {
             method,
             params: env.params,
         }),
-        (Some(_), None) if env.result.is_some() != env.error.is_some() => Ok(Message::Response),
+        (Some(id), None) if env.result.is_some() != env.error.is_some() => Ok(Message::Response {
+            id,
+            result: env.result,
+            error: env.error,
+        }),
         (id, None) => Err(error(
             id,
             INVALID_REQUEST,
@@ -179,6 +188,42 @@ pub(crate) fn tool_text(id: &RawValue, text: &str, is_error: bool) -> Bytes {
         }
         buf.push(b'}');
     })
+}
+
+/// A tool result whose `content` array is already-encoded JSON.
+pub(crate) fn tool_content(id: &RawValue, content: &[u8], is_error: bool) -> Bytes {
+    response_with(id, content.len() + 32, |buf| {
+        buf.extend_from_slice(b"{\"content\":");
+        buf.extend_from_slice(content);
+        if is_error {
+            buf.extend_from_slice(b",\"isError\":true");
+        }
+        buf.push(b'}');
+    })
+}
+
+/// A request from the server to the client, with a string id and already-encoded params.
+pub(crate) fn request(id: &str, method: &str, params: &[u8]) -> Bytes {
+    let mut buf = Vec::with_capacity(48 + id.len() + method.len() + params.len());
+    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    push_str(&mut buf, id);
+    buf.extend_from_slice(b",\"method\":");
+    push_str(&mut buf, method);
+    buf.extend_from_slice(b",\"params\":");
+    buf.extend_from_slice(params);
+    buf.push(b'}');
+    Bytes::from(buf)
+}
+
+/// A notification with already-encoded params.
+pub(crate) fn notification(method: &str, params: &[u8]) -> Bytes {
+    let mut buf = Vec::with_capacity(40 + method.len() + params.len());
+    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+    push_str(&mut buf, method);
+    buf.extend_from_slice(b",\"params\":");
+    buf.extend_from_slice(params);
+    buf.push(b'}');
+    Bytes::from(buf)
 }
 
 /// `notifications/progress` for `token` (raw JSON, string or integer).

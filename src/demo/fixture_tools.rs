@@ -1,0 +1,397 @@
+//! The conformance fixture's tools: their `tools/list` definitions, the immediate content
+//! results, and the deferred ones that log, report progress, or ask the client for sampling or
+//! elicitation before answering (each such request needs the matching client capability).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::fixture::{PNG_BASE64, WAV_BASE64, encode};
+use super::inflight::{Deferred, Job};
+use super::peer::{Capability, LOG_INFO, Peer};
+use super::server::{Outcome, Session};
+use super::wire::{self, INVALID_PARAMS, serde_message};
+
+/// Pause between the logging and progress tools' steps.
+const STEP: Duration = Duration::from_millis(50);
+/// How long `test_reconnection` works before answering (a window for stream handling).
+const RECONNECTION_DELAY: Duration = Duration::from_millis(200);
+const LOGGER: &str = "conformance-fixture";
+
+const JSON_SCHEMA_2020_12_TOOL: &str = "json_schema_2020_12_tool";
+
+/// A deferred fixture tool.
+#[derive(Debug)]
+pub(crate) enum FixtureJob {
+    Logging,
+    Progress,
+    Reconnection,
+    Sampling { prompt: String },
+    Elicit { form: Form, message: String },
+}
+
+/// Which elicitation form a tool asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Form {
+    Basic,
+    Defaults,
+    Enums,
+}
+
+pub(crate) fn list_result() -> Vec<u8> {
+    let no_args = json!({"type": "object", "properties": {}});
+    let tool = |name: &str, description: &str| json!({"name": name, "description": description, "inputSchema": no_args});
+    let one_string = |arg: &str, description: &str| {
+        json!({"type": "object", "properties": {arg: {"type": "string", "description": description}},
+               "required": [arg]})
+    };
+    encode(&json!({"tools": [
+        tool("test_simple_text", "Returns a simple text response."),
+        tool("test_image_content", "Returns an image (a 1x1 PNG)."),
+        tool("test_audio_content", "Returns audio (a tiny WAV)."),
+        tool("test_embedded_resource", "Returns an embedded text resource."),
+        tool("test_multiple_content_types", "Returns text, an image and an embedded resource."),
+        tool("test_tool_with_logging", "Sends three info log messages while it runs."),
+        tool("test_error_handling", "Always fails with a tool error (isError)."),
+        tool("test_tool_with_progress", "Reports progress 0, 50 and 100 of 100 while it runs."),
+        {"name": "test_sampling",
+         "description": "Asks the client to sample an LLM (sampling/createMessage) and returns the answer.",
+         "inputSchema": one_string("prompt", "The prompt to send to the LLM")},
+        {"name": "test_elicitation",
+         "description": "Asks the user for a username and email (elicitation/create) and returns the answer.",
+         "inputSchema": one_string("message", "The message to show the user")},
+        tool("test_elicitation_sep1034_defaults",
+             "Elicits a form whose fields carry default values (SEP-1034)."),
+        tool("test_elicitation_sep1330_enums",
+             "Elicits a form with every enum schema variant (SEP-1330)."),
+        {"name": JSON_SCHEMA_2020_12_TOOL,
+         "description": "Tool with JSON Schema 2020-12 features",
+         "inputSchema": json_schema_2020_12()},
+        tool("test_reconnection", "Answers after a short delay (SSE polling scenarios)."),
+    ]}))
+}
+
+fn json_schema_2020_12() -> Value {
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "$defs": {"address": {"$anchor": "addressDef", "type": "object",
+                              "properties": {"street": {"type": "string"},
+                                             "city": {"type": "string"}}}},
+        "properties": {
+            "name": {"type": "string"},
+            "address": {"$ref": "#/$defs/address"},
+            "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+            "phone": {"type": "string"},
+            "email": {"type": "string"}
+        },
+        "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+        "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+        "then": {"required": ["phone"]},
+        "else": {"required": ["email"]},
+        "additionalProperties": false
+    })
+}
+
+#[derive(Deserialize)]
+struct PromptArgs {
+    prompt: String,
+}
+
+#[derive(Deserialize)]
+struct MessageArgs {
+    message: String,
+}
+
+/// Runs fixture tool `name` (arguments already checked to be an object or absent).
+pub(crate) fn call(
+    session: &Arc<Session>,
+    id: &RawValue,
+    name: &str,
+    args: Option<&RawValue>,
+    token: Option<&RawValue>,
+) -> Outcome {
+    let args = args.map_or("{}", RawValue::get);
+    let content = |c: Value| Outcome::Reply(wire::tool_content(id, &encode(&c), false));
+    let job = match name {
+        "test_simple_text" => {
+            return content(
+                json!([{"type": "text", "text": "This is a simple text response for testing."}]),
+            );
+        }
+        "test_image_content" => {
+            return content(
+                json!([{"type": "image", "data": PNG_BASE64, "mimeType": "image/png"}]),
+            );
+        }
+        "test_audio_content" => {
+            return content(
+                json!([{"type": "audio", "data": WAV_BASE64, "mimeType": "audio/wav"}]),
+            );
+        }
+        "test_embedded_resource" => {
+            return content(json!([{"type": "resource", "resource": {
+                "uri": "test://embedded-resource", "mimeType": "text/plain",
+                "text": "This is an embedded resource content."}}]));
+        }
+        "test_multiple_content_types" => {
+            return content(json!([
+                {"type": "text", "text": "Multiple content types test:"},
+                {"type": "image", "data": PNG_BASE64, "mimeType": "image/png"},
+                {"type": "resource", "resource": {"uri": "test://mixed-content-resource",
+                    "mimeType": "application/json", "text": "{\"test\":\"data\",\"value\":123}"}}
+            ]));
+        }
+        "test_error_handling" => {
+            let text = "This tool intentionally returns an error for testing";
+            return Outcome::Reply(wire::tool_text(id, text, true));
+        }
+        JSON_SCHEMA_2020_12_TOOL => {
+            let text = format!("{JSON_SCHEMA_2020_12_TOOL} received arguments: {args}");
+            return Outcome::Reply(wire::tool_text(id, &text, false));
+        }
+        "test_tool_with_logging" => FixtureJob::Logging,
+        "test_tool_with_progress" => FixtureJob::Progress,
+        "test_reconnection" => FixtureJob::Reconnection,
+        "test_sampling" => match serde_json::from_str::<PromptArgs>(args) {
+            Ok(a) => FixtureJob::Sampling { prompt: a.prompt },
+            Err(e) => return bad_args(id, name, &e),
+        },
+        "test_elicitation" => match serde_json::from_str::<MessageArgs>(args) {
+            Ok(a) => FixtureJob::Elicit {
+                form: Form::Basic,
+                message: a.message,
+            },
+            Err(e) => return bad_args(id, name, &e),
+        },
+        "test_elicitation_sep1034_defaults" => FixtureJob::Elicit {
+            form: Form::Defaults,
+            message: "Please review and update the form fields with defaults".to_owned(),
+        },
+        "test_elicitation_sep1330_enums" => FixtureJob::Elicit {
+            form: Form::Enums,
+            message: "Please select options from the enum fields".to_owned(),
+        },
+        _ => {
+            let msg = format!("Unknown tool: {name}");
+            return Outcome::Reply(wire::error(Some(id), INVALID_PARAMS, &msg));
+        }
+    };
+    if let Some(cap) = job.needs()
+        && !session.peer.supports(cap)
+    {
+        let text = format!(
+            "Tool {name} needs the client's `{}` capability, which the client did not declare \
+             at initialize",
+            cap.name()
+        );
+        return Outcome::Reply(wire::tool_text(id, &text, true));
+    }
+    match Deferred::start(session, id, token, Job::Fixture(job)) {
+        Ok(work) => Outcome::Deferred(work),
+        Err(reply) => Outcome::Reply(reply),
+    }
+}
+
+fn bad_args(id: &RawValue, tool: &str, e: &serde_json::Error) -> Outcome {
+    let text = format!("Invalid arguments for tool {tool}: {}", serde_message(e));
+    Outcome::Reply(wire::tool_text(id, &text, true))
+}
+
+impl FixtureJob {
+    /// The client capability the job's server-to-client request needs.
+    fn needs(&self) -> Option<Capability> {
+        match self {
+            FixtureJob::Sampling { .. } => Some(Capability::Sampling),
+            FixtureJob::Elicit { .. } => Some(Capability::Elicitation),
+            FixtureJob::Logging | FixtureJob::Progress | FixtureJob::Reconnection => None,
+        }
+    }
+
+    /// Whether the job may send messages (notifications, requests) before its response.
+    pub(crate) fn streams(&self, has_token: bool) -> bool {
+        match self {
+            FixtureJob::Progress => has_token,
+            FixtureJob::Reconnection => false,
+            FixtureJob::Logging | FixtureJob::Sampling { .. } | FixtureJob::Elicit { .. } => true,
+        }
+    }
+
+    /// Does the work and returns the response to request `id`.
+    pub(crate) async fn run(
+        &self,
+        peer: &Peer,
+        id: &RawValue,
+        token: Option<&RawValue>,
+        out: Option<&mpsc::Sender<Bytes>>,
+    ) -> Bytes {
+        match self {
+            FixtureJob::Logging => {
+                let steps = [
+                    "Tool execution started",
+                    "Tool processing data",
+                    "Tool execution completed",
+                ];
+                for (i, text) in steps.into_iter().enumerate() {
+                    if i > 0 {
+                        tokio::time::sleep(STEP).await;
+                    }
+                    if let Some(out) = out
+                        && peer.logs(LOG_INFO)
+                    {
+                        let _ = out.send(log_message("info", text)).await;
+                    }
+                }
+                wire::tool_text(id, "Tool with logging completed", false)
+            }
+            FixtureJob::Progress => {
+                for (i, progress) in [0, 50, 100].into_iter().enumerate() {
+                    if i > 0 {
+                        tokio::time::sleep(STEP).await;
+                    }
+                    if let (Some(token), Some(out)) = (token, out) {
+                        let _ = out.send(wire::progress(token, progress, 100)).await;
+                    }
+                }
+                wire::tool_text(id, "Tool with progress completed", false)
+            }
+            FixtureJob::Reconnection => {
+                tokio::time::sleep(RECONNECTION_DELAY).await;
+                wire::tool_text(id, "Reconnection test completed", false)
+            }
+            FixtureJob::Sampling { prompt } => {
+                let params = json!({
+                    "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
+                    "maxTokens": 100
+                });
+                match peer
+                    .ask(out, "sampling/createMessage", &encode(&params))
+                    .await
+                {
+                    Ok(result) => {
+                        let text = format!("LLM response: {}", sampled_text(&result));
+                        wire::tool_text(id, &text, false)
+                    }
+                    Err(e) => wire::tool_text(id, &e.to_string(), true),
+                }
+            }
+            FixtureJob::Elicit { form, message } => {
+                let params =
+                    json!({"message": message, "requestedSchema": requested_schema(*form)});
+                match peer.ask(out, "elicitation/create", &encode(&params)).await {
+                    Ok(result) => {
+                        let prefix = match form {
+                            Form::Basic => "User response",
+                            Form::Defaults | Form::Enums => "Elicitation completed",
+                        };
+                        wire::tool_text(id, &format!("{prefix}: {}", elicited(&result)), false)
+                    }
+                    Err(e) => wire::tool_text(id, &e.to_string(), true),
+                }
+            }
+        }
+    }
+}
+
+/// A `notifications/message` log entry from the fixture's logger.
+fn log_message(level: &str, text: &str) -> Bytes {
+    let params = json!({"level": level, "logger": LOGGER, "data": text});
+    wire::notification("notifications/message", &encode(&params))
+}
+
+/// The text of a `sampling/createMessage` result (single content block or an array of them);
+/// the raw result if it has no text.
+fn sampled_text(result: &RawValue) -> String {
+    #[derive(Deserialize)]
+    struct Sampled {
+        content: Value,
+    }
+    let text_of = |c: &Value| c.get("text").and_then(Value::as_str).map(str::to_owned);
+    let text = match serde_json::from_str::<Sampled>(result.get()) {
+        Ok(Sampled {
+            content: Value::Array(blocks),
+        }) => {
+            let texts: Vec<String> = blocks.iter().filter_map(text_of).collect();
+            (!texts.is_empty()).then(|| texts.join("\n"))
+        }
+        Ok(Sampled { content }) => text_of(&content),
+        Err(_) => None,
+    };
+    text.unwrap_or_else(|| result.get().to_owned())
+}
+
+/// `action=<action>, content=<content JSON>` of an `elicitation/create` result.
+fn elicited(result: &RawValue) -> String {
+    #[derive(Deserialize)]
+    struct Elicited<'a> {
+        action: String,
+        #[serde(default, borrow)]
+        content: Option<&'a RawValue>,
+    }
+    match serde_json::from_str::<Elicited<'_>>(result.get()) {
+        Ok(e) => format!(
+            "action={}, content={}",
+            e.action,
+            e.content.map_or("{}", RawValue::get)
+        ),
+        Err(_) => format!("unexpected result {}", result.get()),
+    }
+}
+
+fn requested_schema(form: Form) -> Value {
+    match form {
+        Form::Basic => json!({
+            "type": "object",
+            "properties": {
+                "username": {"type": "string", "description": "User's response"},
+                "email": {"type": "string", "description": "User's email address"}
+            },
+            "required": ["username", "email"]
+        }),
+        Form::Defaults => json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "User name", "default": "John Doe"},
+                "age": {"type": "integer", "description": "User age", "default": 30},
+                "score": {"type": "number", "description": "User score", "default": 95.5},
+                "status": {"type": "string", "description": "User status",
+                           "enum": ["active", "inactive", "pending"], "default": "active"},
+                "verified": {"type": "boolean", "description": "Verification status",
+                             "default": true}
+            }
+        }),
+        Form::Enums => {
+            let titled = |titles: [&str; 3]| -> Vec<Value> {
+                titles
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| json!({"const": format!("value{}", i + 1), "title": t}))
+                    .collect()
+            };
+            json!({
+                "type": "object",
+                "properties": {
+                    "untitledSingle": {"type": "string", "description": "Untitled single-select",
+                                       "enum": ["option1", "option2", "option3"]},
+                    "titledSingle": {"type": "string", "description": "Titled single-select",
+                                     "oneOf": titled(["First Option", "Second Option",
+                                                      "Third Option"])},
+                    "legacyEnum": {"type": "string", "description": "Legacy titled enum",
+                                   "enum": ["opt1", "opt2", "opt3"],
+                                   "enumNames": ["Option One", "Option Two", "Option Three"]},
+                    "untitledMulti": {"type": "array", "description": "Untitled multi-select",
+                                      "items": {"type": "string",
+                                                "enum": ["option1", "option2", "option3"]}},
+                    "titledMulti": {"type": "array", "description": "Titled multi-select",
+                                    "items": {"anyOf": titled(["First Choice", "Second Choice",
+                                                               "Third Choice"])}}
+                }
+            })
+        }
+    }
+}
