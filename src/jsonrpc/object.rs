@@ -40,6 +40,14 @@ impl<'a> RawObject<'a> {
         }
     }
 
+    /// Like [`RawObject::set`] for a key that is not `'a` (computed at run time).
+    pub fn set_owned(&mut self, key: String, value: Box<RawValue>) {
+        match self.members.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => *v = Cow::Owned(value),
+            None => self.members.push((Cow::Owned(key), Cow::Owned(value))),
+        }
+    }
+
     /// Removes and returns the member `key`.
     pub fn remove(&mut self, key: &str) -> Option<Cow<'a, RawValue>> {
         let pos = self.members.iter().position(|(k, _)| k == key)?;

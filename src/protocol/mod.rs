@@ -2,9 +2,13 @@
 //! merging of upstream capabilities into the one server the gateway presents.
 
 pub mod capabilities;
+pub mod lists;
 pub mod method;
+pub mod rewrite;
+pub mod tools;
 pub mod version;
 
+pub use lists::ListKind;
 pub use method::Method;
 pub use version::ProtocolVersion;
 

@@ -1,188 +1,299 @@
-//! Aggregated lists: `tools/list`, `prompts/list`, `resources/list` and
-//! `resources/templates/list` across every upstream of a tenant, with public names.
+//! Aggregated lists: one page of `tools/list`, `prompts/list`, `resources/list` or
+//! `resources/templates/list` across every upstream of a tenant, from the upstreams' cached
+//! pages, in upstream order, with public names and a composite cursor that keeps every
+//! upstream's own cursor. Also the name/URI → upstream lookups that `never` prefix mode needs.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde::Deserialize;
+use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{ensure_link, names};
+use super::ensure_link;
+use crate::config::FailurePolicy;
 use crate::error::GatewayError;
 use crate::jsonrpc::{self, RawObject};
+use crate::protocol::{ListKind, tools};
 use crate::session::LiveSession;
 use crate::tenant::Tenant;
-use crate::upstream::{InternalReply, Upstream, error_message};
+use crate::upstream::{InternalReply, Page, PageKey, Upstream, error_message};
 
-/// Upper bound on pages fetched from one upstream for one list.
-const MAX_PAGES: usize = 100;
+/// Upper bound on pages walked from one upstream to find who owns a name.
+const MAX_LOOKUP_PAGES: usize = 100;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ListKind {
-    Tools,
-    Prompts,
-    Resources,
-    ResourceTemplates,
-}
-
-impl ListKind {
-    fn method(self) -> &'static str {
-        match self {
-            ListKind::Tools => "tools/list",
-            ListKind::Prompts => "prompts/list",
-            ListKind::Resources => "resources/list",
-            ListKind::ResourceTemplates => "resources/templates/list",
-        }
-    }
-
-    /// The result member holding the items.
-    fn key(self) -> &'static str {
-        match self {
-            ListKind::Tools => "tools",
-            ListKind::Prompts => "prompts",
-            ListKind::Resources => "resources",
-            ListKind::ResourceTemplates => "resourceTemplates",
-        }
-    }
-
-    /// The server capability that says the upstream has such items.
-    fn capability(self) -> &'static str {
-        match self {
-            ListKind::Tools => "tools",
-            ListKind::Prompts => "prompts",
-            ListKind::Resources | ListKind::ResourceTemplates => "resources",
-        }
-    }
-
-    /// The identifying member of an item, rewritten to its public form.
-    fn id_field(self) -> &'static str {
-        match self {
-            ListKind::Tools | ListKind::Prompts => "name",
-            ListKind::Resources => "uri",
-            ListKind::ResourceTemplates => "uriTemplate",
-        }
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Page<'a> {
-    #[serde(borrow, default)]
-    next_cursor: Option<&'a RawValue>,
-}
-
-/// The whole list across upstreams, in upstream order then each upstream's order. An upstream
-/// that fails is left out with a warning (fail-open).
-pub async fn aggregate(
+/// The result JSON of one page of an aggregated list. `cursor` is the client's cursor.
+pub async fn list_page(
     tenant: &Arc<Tenant>,
     session: &Arc<LiveSession>,
     kind: ListKind,
+    cursor: Option<&str>,
 ) -> Result<Vec<u8>, GatewayError> {
-    let fetches = tenant.upstreams.iter().map(|u| fetch_all(session, u, kind));
-    let results = futures_util::future::join_all(fetches).await;
-    let mut out = Vec::with_capacity(1024);
+    // Which upstreams to ask, and from where.
+    let positions: Vec<(&Arc<Upstream>, Option<String>)> = match cursor {
+        None => tenant.upstreams.iter().map(|u| (u, None)).collect(),
+        Some(c) => tenant
+            .cursor_key
+            .decode(kind, c)?
+            .into_iter()
+            .filter_map(|(name, pos)| {
+                let u = tenant.upstreams.iter().find(|u| u.name() == name)?;
+                Some((u, Some(pos)))
+            })
+            .collect(),
+    };
+    let fetches = positions
+        .iter()
+        .map(|(u, pos)| page(session, u, kind, pos.as_deref()));
+    let pages = futures_util::future::join_all(fetches).await;
+
+    let mut out = Vec::with_capacity(4096);
     out.extend_from_slice(b"{\"");
     out.extend_from_slice(kind.key().as_bytes());
     out.extend_from_slice(b"\":[");
     let mut first = true;
-    for (upstream, result) in tenant.upstreams.iter().zip(results) {
-        let items = match result {
-            Ok(items) => items,
-            Err(e) => {
-                tracing::warn!(tenant = %tenant.name, upstream = %upstream.name(), error = %e, "left out of {}", kind.method());
+    let mut next_positions = Vec::new();
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut collisions: Vec<Value> = Vec::new();
+    for ((upstream, _), result) in positions.iter().zip(&pages) {
+        let page = match result {
+            Ok(p) => p,
+            Err(e) => match tenant.config.failure_policy {
+                FailurePolicy::Open => {
+                    tracing::warn!(tenant = %tenant.name, upstream = %upstream.name(), error = %e, "left out of {} (failure_policy: open)", kind.method());
+                    continue;
+                }
+                FailurePolicy::Closed => return Err(e.clone()),
+            },
+        };
+        for (item, id) in page.items.iter().zip(&page.ids) {
+            // Without prefixes two upstreams can offer the same name: the first one keeps it.
+            if !tenant.prefixed && tenant.upstreams.len() > 1 && !seen.insert(id) {
+                tracing::warn!(tenant = %tenant.name, upstream = %upstream.name(), name = %id, "{} name collision: already offered by an earlier upstream", kind.key());
+                collisions.push(serde_json::json!({"name": &**id, "upstream": upstream.name()}));
                 continue;
             }
-        };
-        for item in items {
-            let Some(public) = public_item(tenant, upstream, kind, &item) else {
-                tracing::warn!(upstream = %upstream.name(), "skipping a malformed {} item", kind.key());
-                continue;
-            };
             if !first {
                 out.push(b',');
             }
             first = false;
-            out.extend_from_slice(&public);
+            out.extend_from_slice(item.get().as_bytes());
+        }
+        if let Some(next) = &page.next {
+            next_positions.push((upstream.name().to_owned(), next.to_string()));
         }
     }
-    out.extend_from_slice(b"]}");
+    out.push(b']');
+    if let Some(next) = tenant.cursor_key.encode(kind, next_positions) {
+        out.extend_from_slice(b",\"nextCursor\":");
+        serde_json::to_writer(&mut out, &next).map_err(|_| GatewayError::Internal)?;
+    }
+    if !collisions.is_empty() {
+        // Reported, not hidden: the shadowed entries and who shadowed them.
+        let meta = serde_json::json!({"io.switchyard/collisions": collisions});
+        out.extend_from_slice(b",\"_meta\":");
+        serde_json::to_writer(&mut out, &meta).map_err(|_| GatewayError::Internal)?;
+    }
+    out.push(b'}');
     Ok(out)
 }
 
-/// Every page of one upstream's list.
-async fn fetch_all(
+/// One page of one upstream's list: from the catalog cache, else fetched through the session's
+/// connection and cached.
+async fn page(
     session: &Arc<LiveSession>,
     upstream: &Arc<Upstream>,
     kind: ListKind,
-) -> Result<Vec<Box<RawValue>>, GatewayError> {
+    cursor: Option<&str>,
+) -> Result<Arc<Page>, GatewayError> {
+    let catalog = &upstream.info.catalog;
+    let key = PageKey {
+        kind,
+        fingerprint: if upstream.shared_connection().is_some() {
+            0
+        } else {
+            session.capabilities_fingerprint
+        },
+        cursor: cursor.map(Into::into),
+    };
+    if let Some(page) = catalog.get(&key) {
+        return Ok(page);
+    }
+    let generation = catalog.generation(kind);
+    let page = Arc::new(fetch(session, upstream, kind, cursor).await?);
+    catalog.insert(key, page.clone(), generation);
+    Ok(page)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListResult<'a> {
+    #[serde(borrow, default)]
+    next_cursor: Option<&'a RawValue>,
+}
+
+async fn fetch(
+    session: &Arc<LiveSession>,
+    upstream: &Arc<Upstream>,
+    kind: ListKind,
+    cursor: Option<&str>,
+) -> Result<Page, GatewayError> {
     let conn = ensure_link(session, upstream).await?;
     let offers = conn
         .server()
         .is_some_and(|s| s.capabilities.get(kind.capability()).is_some());
     if !offers {
-        return Ok(Vec::new());
+        return Ok(Page::default());
     }
-    let mut items = Vec::new();
-    let mut cursor: Option<Box<RawValue>> = None;
-    for _ in 0..MAX_PAGES {
-        let params = cursor.as_ref().map(|c| {
-            let mut obj = RawObject::default();
-            obj.set("cursor", c.clone());
-            obj.to_raw()
-        });
-        let reply = conn
-            .call(
-                kind.method(),
-                params.as_deref(),
-                upstream.info.request_timeout,
-            )
-            .await?;
-        let result = match reply {
-            InternalReply::Result(r) => r,
-            InternalReply::Error(e) => {
-                return Err(GatewayError::UpstreamUnavailable {
-                    upstream: upstream.name().to_owned(),
-                    reason: format!("{} failed: {}", kind.method(), error_message(&e)),
-                });
+    let params = cursor.map(|c| {
+        let mut obj = RawObject::default();
+        obj.set("cursor", jsonrpc::raw_string(c));
+        obj.to_raw()
+    });
+    let reply = conn
+        .call(
+            kind.method(),
+            params.as_deref(),
+            upstream.info.request_timeout,
+        )
+        .await?;
+    let result = match reply {
+        InternalReply::Result(r) => r,
+        InternalReply::Error(e) => {
+            return Err(GatewayError::UpstreamUnavailable {
+                upstream: upstream.name().to_owned(),
+                reason: format!("{} failed: {}", kind.method(), error_message(&e)),
+            });
+        }
+    };
+    let invalid = |what: &str| GatewayError::UpstreamProtocol {
+        upstream: upstream.name().to_owned(),
+        reason: format!("invalid {} result: {what}", kind.method()),
+    };
+    let obj = RawObject::parse(&result).map_err(|_| invalid("not an object"))?;
+    let list = obj.get(kind.key()).ok_or_else(|| invalid("missing list"))?;
+    let raw_items: Vec<&RawValue> =
+        serde_json::from_str(list.get()).map_err(|_| invalid("the list is not an array"))?;
+    let next: ListResult<'_> =
+        serde_json::from_str(result.get()).map_err(|_| invalid("bad nextCursor"))?;
+    let next = match next.next_cursor {
+        None => None,
+        Some(c) if c.get() == "null" => None,
+        Some(c) => Some(
+            serde_json::from_str::<String>(c.get())
+                .map_err(|_| invalid("nextCursor is not a string"))?
+                .into_boxed_str(),
+        ),
+    };
+    let mut page = Page {
+        items: Vec::with_capacity(raw_items.len()),
+        ids: Vec::with_capacity(raw_items.len()),
+        next,
+    };
+    for item in raw_items {
+        match public_item(upstream, kind, item) {
+            Ok((public, id)) => {
+                page.items.push(public);
+                page.ids.push(id);
             }
-        };
-        let invalid = |what: &str| GatewayError::UpstreamProtocol {
-            upstream: upstream.name().to_owned(),
-            reason: format!("invalid {} result: {what}", kind.method()),
-        };
-        let obj = RawObject::parse(&result).map_err(|_| invalid("not an object"))?;
-        let list = obj.get(kind.key()).ok_or_else(|| invalid("missing list"))?;
-        let page: Vec<&RawValue> =
-            serde_json::from_str(list.get()).map_err(|_| invalid("list is not an array"))?;
-        items.extend(page.into_iter().map(RawValue::to_owned));
-        let next: Page<'_> =
-            serde_json::from_str(result.get()).map_err(|_| invalid("bad nextCursor"))?;
-        match next.next_cursor {
-            Some(c) if c.get() != "null" => cursor = Some(c.to_owned()),
-            _ => return Ok(items),
+            Err(reason) => {
+                tracing::warn!(upstream = %upstream.name(), reason = %reason, "left out of {}", kind.method());
+            }
         }
     }
-    tracing::warn!(upstream = %upstream.name(), pages = MAX_PAGES, "{} stopped after the page limit", kind.method());
-    Ok(items)
+    Ok(page)
 }
 
-/// The item with its identifying member in public form.
+/// Validates an item and turns it into its public form. Returns it with the upstream's own id.
 fn public_item(
-    tenant: &Tenant,
     upstream: &Upstream,
     kind: ListKind,
     item: &RawValue,
-) -> Option<Vec<u8>> {
-    if !tenant.prefixed {
-        return Some(item.get().as_bytes().to_vec());
+) -> Result<(Box<RawValue>, Box<str>), String> {
+    let mut obj = RawObject::parse(item).map_err(|_| "not a JSON object".to_owned())?;
+    let id = obj
+        .get_str(kind.id_field())
+        .ok_or_else(|| format!("missing `{}`", kind.id_field()))?
+        .into_owned();
+    if kind == ListKind::Tools {
+        let public = upstream.public_name(&id);
+        tools::check_name(&public).map_err(|e| format!("tool {public:?}: {e}"))?;
+        let schema: Option<Value> = obj
+            .get("inputSchema")
+            .and_then(|s| serde_json::from_str(s.get()).ok());
+        tools::check_headers(schema.as_ref()).map_err(|e| format!("tool {public:?}: {e}"))?;
     }
-    let mut obj = RawObject::parse(item).ok()?;
-    let own = obj.get_str(kind.id_field())?.into_owned();
     let public = match kind {
-        ListKind::Tools | ListKind::Prompts => tenant.public_name(upstream, &own),
-        ListKind::Resources | ListKind::ResourceTemplates => {
-            names::public_uri(tenant, upstream, &own)
-        }
+        ListKind::Tools | ListKind::Prompts => upstream.public_name(&id),
+        ListKind::Resources | ListKind::ResourceTemplates => upstream.public_uri(&id),
     };
+    if public == id {
+        return Ok((item.to_owned(), id.into_boxed_str()));
+    }
     obj.set(kind.id_field(), jsonrpc::raw_string(&public));
-    Some(obj.to_vec())
+    Ok((obj.to_raw(), id.into_boxed_str()))
+}
+
+/// Every identifier `upstream` offers in list `kind` (walking its cached pages).
+async fn all_ids(
+    session: &Arc<LiveSession>,
+    upstream: &Arc<Upstream>,
+    kind: ListKind,
+) -> Result<Vec<Arc<Page>>, GatewayError> {
+    let mut pages = Vec::new();
+    let mut cursor: Option<Box<str>> = None;
+    for _ in 0..MAX_LOOKUP_PAGES {
+        let p = page(session, upstream, kind, cursor.as_deref()).await?;
+        cursor = p.next.clone();
+        pages.push(p);
+        if cursor.is_none() {
+            return Ok(pages);
+        }
+    }
+    tracing::warn!(upstream = %upstream.name(), pages = MAX_LOOKUP_PAGES, "stopped looking through {} after the page limit", kind.method());
+    Ok(pages)
+}
+
+/// The upstream owning `name` (a tool or prompt) when names carry no prefix: the first
+/// upstream, in order, that lists it.
+pub async fn owner_by_name<'t>(
+    tenant: &'t Tenant,
+    session: &Arc<LiveSession>,
+    kind: ListKind,
+    name: &str,
+) -> Option<&'t Arc<Upstream>> {
+    for upstream in tenant.upstreams.iter() {
+        let Ok(pages) = all_ids(session, upstream, kind).await else {
+            continue;
+        };
+        if pages.iter().any(|p| p.ids.iter().any(|id| &**id == name)) {
+            return Some(upstream);
+        }
+    }
+    None
+}
+
+/// The upstream owning a resource URI when URIs carry no prefix: the first that lists it, else
+/// the first with a template whose fixed beginning matches.
+pub async fn owner_by_uri<'t>(
+    tenant: &'t Tenant,
+    session: &Arc<LiveSession>,
+    uri: &str,
+) -> Option<&'t Arc<Upstream>> {
+    if let Some(u) = owner_by_name(tenant, session, ListKind::Resources, uri).await {
+        return Some(u);
+    }
+    for upstream in tenant.upstreams.iter() {
+        let Ok(pages) = all_ids(session, upstream, ListKind::ResourceTemplates).await else {
+            continue;
+        };
+        let matches = pages.iter().flat_map(|p| p.ids.iter()).any(|template| {
+            let fixed = template.split('{').next().unwrap_or_default();
+            !fixed.is_empty() && uri.starts_with(fixed)
+        });
+        if matches {
+            return Some(upstream);
+        }
+    }
+    None
 }

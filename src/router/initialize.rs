@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::ensure_link;
+use crate::config::FailurePolicy;
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
 use crate::jsonrpc::{self, Request};
@@ -71,9 +72,16 @@ pub async fn initialize(
         match result.map(|c| c.server()) {
             Ok(Some(server)) => servers.push((upstream.name(), server)),
             Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(tenant = %tenant.name, upstream = %upstream.name(), error = %e, "upstream unavailable at initialize; left out");
-            }
+            Err(e) => match tenant.config.failure_policy {
+                FailurePolicy::Open => {
+                    tracing::warn!(tenant = %tenant.name, upstream = %upstream.name(), error = %e, "upstream unavailable at initialize; left out (failure_policy: open)");
+                }
+                FailurePolicy::Closed => {
+                    tracing::warn!(tenant = %tenant.name, upstream = %upstream.name(), error = %e, "upstream unavailable at initialize (failure_policy: closed)");
+                    session.close().await;
+                    return Err(e);
+                }
+            },
         }
     }
 

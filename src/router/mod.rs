@@ -3,6 +3,7 @@
 //! the client's answers to server-to-client requests).
 
 mod catalog;
+mod cursor;
 mod initialize;
 mod names;
 
@@ -11,15 +12,16 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
+pub use cursor::CursorKey;
 pub use initialize::initialize;
 
 use crate::error::GatewayError;
 use crate::jsonrpc::{self, Notification, RawObject, Request, Response};
-use crate::protocol::Method;
+use crate::protocol::rewrite::ResultShape;
+use crate::protocol::{ListKind, Method};
 use crate::session::LiveSession;
 use crate::tenant::Tenant;
 use crate::upstream::{Connection, ForwardStream, Upstream};
-use catalog::ListKind;
 
 /// How a request is answered.
 pub enum Reply {
@@ -48,8 +50,8 @@ pub async fn handle_request(
         Method::ResourcesTemplatesList => {
             list(tenant, session, req, ListKind::ResourceTemplates).await
         }
-        Method::ToolsCall => route_by_name(tenant, session, req, "tool").await,
-        Method::PromptsGet => route_by_name(tenant, session, req, "prompt").await,
+        Method::ToolsCall => route_by_name(tenant, session, req, ListKind::Tools).await,
+        Method::PromptsGet => route_by_name(tenant, session, req, ListKind::Prompts).await,
         Method::ResourcesRead | Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => {
             route_by_uri(tenant, session, req).await
         }
@@ -60,7 +62,7 @@ pub async fn handle_request(
         )),
         _ if tenant.is_transparent() => {
             let upstream = &tenant.upstreams[0];
-            forward(session, upstream, &req.method, req.params, req.id).await
+            forward(session, upstream, &req.method, req.params, req.id, None).await
         }
         _ => Err(GatewayError::MethodNotFound(req.method.to_string())),
     }
@@ -89,6 +91,22 @@ pub async fn handle_notification(
                 );
                 session.end_inflight(request_id);
             }
+        }
+        Method::NotificationsProgress => {
+            // Progress the client reports on a request an upstream sent it.
+            let Some(mut params) = n.params.and_then(|p| RawObject::parse(p).ok()) else {
+                return;
+            };
+            let Some(token) = params.get("progressToken").map(|t| t.get().to_owned()) else {
+                return;
+            };
+            let Some((conn, original)) = session.server_progress_route(&token) else {
+                tracing::debug!("client progress for a token the gateway never issued");
+                return;
+            };
+            params.set("progressToken", original);
+            let params = params.to_raw();
+            relay_notification(conn, &n.method, Some(&params));
         }
         Method::NotificationsRootsListChanged => {
             for upstream in tenant.upstreams.iter() {
@@ -154,18 +172,20 @@ pub async fn ensure_link(
     Ok(conn)
 }
 
-/// Forwards a request to `upstream` as is (params possibly edited by the caller).
+/// Forwards a request to `upstream` as is (params possibly edited by the caller). `shape` says
+/// where resource URIs sit in the result, to namespace them on the way back.
 async fn forward(
     session: &Arc<LiveSession>,
     upstream: &Arc<Upstream>,
     method: &str,
     params: Option<&RawValue>,
     client_id: &RawValue,
+    shape: Option<ResultShape>,
 ) -> Result<Reply, GatewayError> {
     let conn = ensure_link(session, upstream).await?;
     conn.ready(upstream.info.request_timeout).await?;
     let (upstream_id, rx) = conn
-        .forward(method, params, client_id, Arc::downgrade(session))
+        .forward(method, params, client_id, Arc::downgrade(session), shape)
         .await?;
     session.begin_inflight(client_id, conn.clone(), upstream_id);
     Ok(Reply::Stream(ForwardStream::new(
@@ -183,17 +203,14 @@ async fn list(
     req: &Request<'_>,
     kind: ListKind,
 ) -> Result<Reply, GatewayError> {
-    if tenant.is_transparent() {
-        return forward(
-            session,
-            &tenant.upstreams[0],
-            &req.method,
-            req.params,
-            req.id,
-        )
-        .await;
-    }
-    let result = catalog::aggregate(tenant, session, kind).await?;
+    let cursor = match req.params {
+        Some(p) => RawObject::parse(p)
+            .map_err(|_| GatewayError::InvalidParams("params must be an object".into()))?
+            .get_str("cursor")
+            .map(|c| c.into_owned()),
+        None => None,
+    };
+    let result = catalog::list_page(tenant, session, kind, cursor.as_deref()).await?;
     Ok(Reply::Json(jsonrpc::result_response(req.id, &result)))
 }
 
@@ -205,37 +222,94 @@ fn params_object<'a>(req: &'a Request<'_>) -> Result<RawObject<'a>, GatewayError
         .map_err(|_| GatewayError::InvalidParams("params must be an object".into()))
 }
 
+/// The upstream owning a public tool or prompt name, and that upstream's own name for it.
+async fn resolve_name<'t>(
+    tenant: &'t Tenant,
+    session: &Arc<LiveSession>,
+    kind: ListKind,
+    name: &str,
+) -> Result<(&'t Arc<Upstream>, String), GatewayError> {
+    let what = if kind == ListKind::Tools {
+        "tool"
+    } else {
+        "prompt"
+    };
+    if tenant.prefixed || tenant.upstreams.len() == 1 {
+        return tenant
+            .split_name(name)
+            .map(|(u, own)| (u, own.to_owned()))
+            .ok_or_else(|| names::unknown_name(tenant, what, name));
+    }
+    catalog::owner_by_name(tenant, session, kind, name)
+        .await
+        .map(|u| (u, name.to_owned()))
+        .ok_or_else(|| names::unknown_name(tenant, what, name))
+}
+
+/// The upstream owning a public resource URI, and that upstream's own URI.
+async fn resolve_uri<'t>(
+    tenant: &'t Tenant,
+    session: &Arc<LiveSession>,
+    uri: &str,
+) -> Result<(&'t Arc<Upstream>, String), GatewayError> {
+    if tenant.prefixed || tenant.upstreams.len() == 1 {
+        return names::split_uri(tenant, uri)
+            .map(|(u, own)| (u, own.to_owned()))
+            .ok_or_else(|| names::unknown_uri(tenant, uri));
+    }
+    catalog::owner_by_uri(tenant, session, uri)
+        .await
+        .map(|u| (u, uri.to_owned()))
+        .ok_or_else(|| names::unknown_uri(tenant, uri))
+}
+
 /// `tools/call` and `prompts/get`: the `name` selects the upstream; the prefix is stripped.
 async fn route_by_name(
     tenant: &Arc<Tenant>,
     session: &Arc<LiveSession>,
     req: &Request<'_>,
-    what: &str,
+    kind: ListKind,
 ) -> Result<Reply, GatewayError> {
+    let shape = match kind {
+        ListKind::Tools => ResultShape::ToolCall,
+        _ => ResultShape::PromptGet,
+    };
     if tenant.is_transparent() {
+        let upstream = &tenant.upstreams[0];
         return forward(
             session,
-            &tenant.upstreams[0],
+            upstream,
             &req.method,
             req.params,
             req.id,
+            Some(shape),
         )
         .await;
     }
     let mut params = params_object(req)?;
+    let what = if kind == ListKind::Tools {
+        "tool"
+    } else {
+        "prompt"
+    };
     let name = params
         .get_str("name")
         .ok_or_else(|| {
             GatewayError::InvalidParams(format!("`name` (the {what} name) is required"))
         })?
         .into_owned();
-    let (upstream, own) = tenant
-        .split_name(&name)
-        .ok_or_else(|| names::unknown_name(tenant, what, &name))?;
-    let upstream = upstream.clone();
-    params.set("name", jsonrpc::raw_string(own));
+    let (upstream, own) = resolve_name(tenant, session, kind, &name).await?;
+    params.set("name", jsonrpc::raw_string(&own));
     let params = params.to_raw();
-    forward(session, &upstream, &req.method, Some(&params), req.id).await
+    forward(
+        session,
+        upstream,
+        &req.method,
+        Some(&params),
+        req.id,
+        Some(shape),
+    )
+    .await
 }
 
 /// `resources/read|subscribe|unsubscribe`: the namespaced `uri` selects the upstream.
@@ -244,27 +318,49 @@ async fn route_by_uri(
     session: &Arc<LiveSession>,
     req: &Request<'_>,
 ) -> Result<Reply, GatewayError> {
+    let shape = (req.method == "resources/read").then_some(ResultShape::ReadResource);
     if tenant.is_transparent() {
-        return forward(
-            session,
-            &tenant.upstreams[0],
-            &req.method,
-            req.params,
-            req.id,
-        )
-        .await;
+        let upstream = &tenant.upstreams[0];
+        return forward(session, upstream, &req.method, req.params, req.id, shape).await;
     }
     let mut params = params_object(req)?;
     let uri = params
         .get_str("uri")
         .ok_or_else(|| GatewayError::InvalidParams("`uri` is required".into()))?
         .into_owned();
-    let (upstream, own) =
-        names::split_uri(tenant, &uri).ok_or_else(|| names::unknown_uri(tenant, &uri))?;
-    let upstream = upstream.clone();
-    params.set("uri", jsonrpc::raw_string(own));
+    let (upstream, own) = resolve_uri(tenant, session, &uri).await?;
+    if let Some(reply) = shared_subscription(session, upstream, req, &own).await? {
+        return Ok(reply);
+    }
+    params.set("uri", jsonrpc::raw_string(&own));
     let params = params.to_raw();
-    forward(session, &upstream, &req.method, Some(&params), req.id).await
+    forward(session, upstream, &req.method, Some(&params), req.id, shape).await
+}
+
+/// On a connection shared by many sessions, one upstream subscription serves every session
+/// that subscribed: only the first subscribe and the last unsubscribe go upstream; the others
+/// are answered here. `None` means "forward it".
+async fn shared_subscription(
+    session: &Arc<LiveSession>,
+    upstream: &Arc<Upstream>,
+    req: &Request<'_>,
+    uri: &str,
+) -> Result<Option<Reply>, GatewayError> {
+    let subscribe = match Method::from_name(&req.method) {
+        Method::ResourcesSubscribe => true,
+        Method::ResourcesUnsubscribe => false,
+        _ => return Ok(None),
+    };
+    let conn = ensure_link(session, upstream).await?;
+    if !conn.is_shared() {
+        return Ok(None);
+    }
+    let must_forward = if subscribe {
+        conn.add_subscriber(uri, session)
+    } else {
+        conn.remove_subscriber(uri, session)
+    };
+    Ok((!must_forward).then(|| Reply::Json(jsonrpc::result_response(req.id, b"{}"))))
 }
 
 /// `completion/complete`: routed by its `ref` (a prompt name or a resource URI).
@@ -274,14 +370,8 @@ async fn route_completion(
     req: &Request<'_>,
 ) -> Result<Reply, GatewayError> {
     if tenant.is_transparent() {
-        return forward(
-            session,
-            &tenant.upstreams[0],
-            &req.method,
-            req.params,
-            req.id,
-        )
-        .await;
+        let upstream = &tenant.upstreams[0];
+        return forward(session, upstream, &req.method, req.params, req.id, None).await;
     }
     let mut params = params_object(req)?;
     let mut reference = params
@@ -295,19 +385,16 @@ async fn route_completion(
                 .get_str("name")
                 .ok_or_else(|| GatewayError::InvalidParams("`ref.name` is required".into()))?
                 .into_owned();
-            let (u, own) = tenant
-                .split_name(&name)
-                .ok_or_else(|| names::unknown_name(tenant, "prompt", &name))?;
-            (u.clone(), "name", own.to_owned())
+            let (u, own) = resolve_name(tenant, session, ListKind::Prompts, &name).await?;
+            (u, "name", own)
         }
         Some("ref/resource") => {
             let uri = reference
                 .get_str("uri")
                 .ok_or_else(|| GatewayError::InvalidParams("`ref.uri` is required".into()))?
                 .into_owned();
-            let (u, own) =
-                names::split_uri(tenant, &uri).ok_or_else(|| names::unknown_uri(tenant, &uri))?;
-            (u.clone(), "uri", own.to_owned())
+            let (u, own) = resolve_uri(tenant, session, &uri).await?;
+            (u, "uri", own)
         }
         _ => {
             return Err(GatewayError::InvalidParams(
@@ -319,7 +406,7 @@ async fn route_completion(
     let reference = reference.to_raw();
     params.set("ref", reference);
     let params = params.to_raw();
-    forward(session, &upstream, &req.method, Some(&params), req.id).await
+    forward(session, upstream, &req.method, Some(&params), req.id, None).await
 }
 
 /// `logging/setLevel` goes to every upstream that offers logging; the gateway answers.
@@ -329,14 +416,8 @@ async fn set_level_everywhere(
     req: &Request<'_>,
 ) -> Result<Reply, GatewayError> {
     if tenant.is_transparent() {
-        return forward(
-            session,
-            &tenant.upstreams[0],
-            &req.method,
-            req.params,
-            req.id,
-        )
-        .await;
+        let upstream = &tenant.upstreams[0];
+        return forward(session, upstream, &req.method, req.params, req.id, None).await;
     }
     let calls = tenant.upstreams.iter().map(|u| async move {
         let conn = ensure_link(session, u).await?;

@@ -11,18 +11,6 @@ use crate::error::GatewayError;
 use crate::tenant::Tenant;
 use crate::upstream::Upstream;
 
-/// The URI a client sees for `uri` of `upstream`.
-pub fn public_uri(tenant: &Tenant, upstream: &Upstream, uri: &str) -> String {
-    if !tenant.prefixed {
-        return uri.to_owned();
-    }
-    let mut s = String::with_capacity(upstream.name().len() + 1 + uri.len());
-    s.push_str(upstream.name());
-    s.push('+');
-    s.push_str(uri);
-    s
-}
-
 /// The upstream owning a public URI, and the upstream's own URI. Scheme matching is
 /// case-insensitive, as URI schemes are.
 pub fn split_uri<'t, 'u>(

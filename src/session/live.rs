@@ -13,15 +13,21 @@ use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
 use super::SessionKey;
-use crate::jsonrpc::{self, OwnedId};
+use crate::jsonrpc::{self, OwnedId, RawObject};
 use crate::protocol::ProtocolVersion;
 use crate::upstream::Connection;
+
+/// `(token the client sees, the upstream's own progressToken)`.
+pub type ProgressMapping = (Box<str>, Box<RawValue>);
 
 /// Where the client's answer to a server-to-client request goes.
 pub struct ServerRequestRoute {
     pub connection: Weak<Connection>,
     /// The id the upstream used, echoed back verbatim.
     pub upstream_id: OwnedId,
+    /// `(token the client sees, the upstream's own progressToken)` when the request asked for
+    /// progress: the client's progress notifications are routed back with the original token.
+    pub progress: Option<ProgressMapping>,
 }
 
 /// Where a forwarded client request went: the connection and the upstream-side id.
@@ -41,6 +47,8 @@ pub struct LiveSession {
     pub protocol_version: ProtocolVersion,
     pub client_capabilities: Value,
     pub client_info: Value,
+    /// Hash of `client_capabilities`: sessions with equal capabilities share cached lists.
+    pub capabilities_fingerprint: u64,
     initialized: AtomicBool,
     links: Box<[Mutex<LinkSlot>]>,
     /// Serializes connecting per upstream, so concurrent requests open one connection.
@@ -66,9 +74,17 @@ impl LiveSession {
         client_info: Value,
         upstreams: usize,
     ) -> LiveSession {
+        let capabilities_fingerprint = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::hash::DefaultHasher::new();
+            // serde_json maps are ordered, so equal capabilities give equal text.
+            client_capabilities.to_string().hash(&mut h);
+            h.finish()
+        };
         LiveSession {
             key,
             protocol_version,
+            capabilities_fingerprint,
             client_capabilities,
             client_info,
             initialized: AtomicBool::new(false),
@@ -192,6 +208,36 @@ impl LiveSession {
         id
     }
 
+    /// Replaces `_meta.progressToken` of a server-to-client request's params with a token of
+    /// the gateway's; returns the new params and `(new token, original token)`.
+    pub fn rewrite_server_progress(
+        &self,
+        params: &RawValue,
+    ) -> Option<(Box<RawValue>, ProgressMapping)> {
+        if !params.get().contains("progressToken") {
+            return None;
+        }
+        let mut obj = RawObject::parse(params).ok()?;
+        let mut meta = RawObject::parse(obj.get("_meta")?).ok()?;
+        let original = meta.get("progressToken")?.to_owned();
+        let n = self.next_server_request.fetch_add(1, Ordering::Relaxed);
+        let token = jsonrpc::raw_string(&format!("sy-p{n}"));
+        meta.set("progressToken", token.clone());
+        let meta = meta.to_raw();
+        obj.set("_meta", meta);
+        Some((obj.to_raw(), (token.get().into(), original)))
+    }
+
+    /// Where a client progress notification for `token` (raw JSON text) goes: the upstream
+    /// connection and its original token.
+    pub fn server_progress_route(&self, token: &str) -> Option<(Arc<Connection>, Box<RawValue>)> {
+        let m = self.server_requests.lock().ok()?;
+        m.values().find_map(|r| {
+            let (mine, original) = r.progress.as_ref()?;
+            (&**mine == token).then(|| Some((r.connection.upgrade()?, original.clone())))?
+        })
+    }
+
     /// The route for the client's answer to `client_id` (raw JSON text), removed.
     pub fn take_server_request(&self, client_id: &str) -> Option<ServerRequestRoute> {
         self.server_requests.lock().ok()?.remove(client_id)
@@ -260,15 +306,35 @@ impl LiveSession {
         if let Ok(mut g) = self.get_stream.lock() {
             *g = None;
         }
-        let owned: Vec<Arc<Connection>> = self
-            .links
-            .iter()
-            .filter_map(|slot| {
-                let mut s = slot.lock().ok()?;
-                let conn = s.conn.take()?;
-                s.owned.then_some(conn)
-            })
-            .collect();
+        let mut owned = Vec::new();
+        for slot in self.links.iter() {
+            let Some((conn, is_owned)) = slot
+                .lock()
+                .ok()
+                .and_then(|mut s| Some((s.conn.take()?, s.owned)))
+            else {
+                continue;
+            };
+            if is_owned {
+                owned.push(conn);
+            } else {
+                // A shared upstream outlives the session: end subscriptions nobody follows now.
+                for uri in conn.forget_subscriber(self) {
+                    let params = serde_json::json!({ "uri": uri }).to_string();
+                    let conn = conn.clone();
+                    tokio::spawn(async move {
+                        let raw = RawValue::from_string(params).ok();
+                        let _ = conn
+                            .call(
+                                "resources/unsubscribe",
+                                raw.as_deref(),
+                                conn.info.request_timeout,
+                            )
+                            .await;
+                    });
+                }
+            }
+        }
         let inflight: Vec<InflightRoute> = self
             .inflight
             .lock()

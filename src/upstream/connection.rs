@@ -17,6 +17,8 @@ use super::stdio::StdioLink;
 use super::{StreamEvent, UpstreamInfo};
 use crate::error::GatewayError;
 use crate::jsonrpc::{self, Message, Notification, Outcome, OwnedId, RawObject, Request};
+use crate::protocol::ListKind;
+use crate::protocol::rewrite::{self, ResultShape};
 use crate::session::{LiveSession, ServerRequestRoute};
 
 /// Who receives what an upstream sends outside of any request.
@@ -55,12 +57,16 @@ struct ForwardSlot {
     /// The client's own `progressToken`, restored on progress notifications.
     client_token: Option<Box<RawValue>>,
     session: Weak<LiveSession>,
+    /// Where resource URIs sit in the result, when they must be namespaced.
+    shape: Option<ResultShape>,
 }
 
 pub struct Connection {
     pub(crate) info: Arc<UpstreamInfo>,
     next_id: AtomicU64,
     pending: DashMap<u64, Pending>,
+    /// On a shared connection: which sessions subscribed to which upstream resource URI.
+    subscriptions: std::sync::Mutex<std::collections::HashMap<String, Vec<Weak<LiveSession>>>>,
     server: RwLock<Option<Arc<UpstreamServer>>>,
     pub(crate) init_params: InitParams,
     pub(crate) link: Link,
@@ -78,6 +84,7 @@ impl Connection {
             info,
             next_id: AtomicU64::new(1),
             pending: DashMap::with_shard_amount(4),
+            subscriptions: Default::default(),
             server: RwLock::new(None),
             init_params,
             link,
@@ -87,6 +94,75 @@ impl Connection {
 
     pub fn upstream_name(&self) -> &str {
         &self.info.name
+    }
+
+    /// Whether every session of the tenant shares this connection.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.owner, Owner::Shared(_))
+    }
+
+    /// Records `session` as a subscriber of `uri`; true when it is the first, i.e. the
+    /// subscription must be made upstream.
+    pub fn add_subscriber(&self, uri: &str, session: &Arc<LiveSession>) -> bool {
+        let Ok(mut subs) = self.subscriptions.lock() else {
+            return true;
+        };
+        let list = subs.entry(uri.to_owned()).or_default();
+        list.retain(|w| w.strong_count() > 0);
+        let first = list.is_empty();
+        if !list
+            .iter()
+            .any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(session)))
+        {
+            list.push(Arc::downgrade(session));
+        }
+        first
+    }
+
+    /// Removes `session` from the subscribers of `uri`; true when none is left, i.e. the
+    /// subscription must be ended upstream.
+    pub fn remove_subscriber(&self, uri: &str, session: &LiveSession) -> bool {
+        let Ok(mut subs) = self.subscriptions.lock() else {
+            return true;
+        };
+        let Some(list) = subs.get_mut(uri) else {
+            return true;
+        };
+        list.retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), session));
+        let last = list.is_empty();
+        if last {
+            subs.remove(uri);
+        }
+        last
+    }
+
+    /// Drops a closing session from every subscription; returns the URIs nobody follows now.
+    pub fn forget_subscriber(&self, session: &LiveSession) -> Vec<String> {
+        let Ok(mut subs) = self.subscriptions.lock() else {
+            return Vec::new();
+        };
+        let mut orphaned = Vec::new();
+        subs.retain(|uri, list| {
+            list.retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), session));
+            if list.is_empty() {
+                orphaned.push(uri.clone());
+                false
+            } else {
+                true
+            }
+        });
+        orphaned
+    }
+
+    fn subscribers(&self, uri: &str) -> Vec<Arc<LiveSession>> {
+        self.subscriptions
+            .lock()
+            .ok()
+            .and_then(|subs| {
+                subs.get(uri)
+                    .map(|l| l.iter().filter_map(Weak::upgrade).collect())
+            })
+            .unwrap_or_default()
     }
 
     /// What the upstream said in its last successful `initialize`.
@@ -120,6 +196,7 @@ impl Connection {
         params: Option<&RawValue>,
         client_id: &RawValue,
         session: Weak<LiveSession>,
+        shape: Option<ResultShape>,
     ) -> Result<(u64, mpsc::UnboundedReceiver<StreamEvent>), GatewayError> {
         let id = self.allocate_id();
         let (replaced, client_token) = match params {
@@ -135,6 +212,7 @@ impl Connection {
                 client_id: client_id.to_owned(),
                 client_token,
                 session,
+                shape: shape.filter(|_| self.info.uri_prefix.is_some()),
             }),
         );
         let bytes = jsonrpc::request(&jsonrpc::raw_u64(id), method, params);
@@ -305,7 +383,14 @@ impl Connection {
                 };
                 match self.pending.remove(&id) {
                     Some((_, Pending::Forward(slot))) => {
-                        let out = jsonrpc::response_with_id(&slot.client_id, r.outcome);
+                        let rewritten = match (slot.shape, r.outcome, &self.info.uri_prefix) {
+                            (Some(shape), Outcome::Result(result), Some(prefix)) => {
+                                rewrite::prefix_result_uris(result, shape, prefix)
+                            }
+                            _ => None,
+                        };
+                        let outcome = rewritten.as_deref().map_or(r.outcome, Outcome::Result);
+                        let out = jsonrpc::response_with_id(&slot.client_id, outcome);
                         let _ = slot.sink.send(StreamEvent::Response(Bytes::from(out)));
                     }
                     Some((_, Pending::Internal(tx))) => {
@@ -354,7 +439,14 @@ impl Connection {
             return;
         }
         if n.method.ends_with("/list_changed") {
+            for kind in ListKind::from_list_changed(&n.method) {
+                self.info.catalog.invalidate(*kind);
+            }
             self.broadcast_or_deliver(bytes.clone());
+            return;
+        }
+        if n.method == "notifications/resources/updated" {
+            self.on_resource_updated(n, bytes);
             return;
         }
         if n.method == "notifications/cancelled" {
@@ -391,6 +483,35 @@ impl Connection {
             Owner::Shared(dir) => {
                 if let Some(dir) = dir.upgrade() {
                     dir.broadcast(&bytes);
+                }
+            }
+        }
+    }
+
+    /// A subscribed resource changed: the URI gets the upstream's namespace, and the
+    /// notification goes to the sessions that subscribed (on a shared connection) or the owner.
+    fn on_resource_updated(&self, n: &Notification<'_>, bytes: &Bytes) {
+        let rewritten = match (&self.info.uri_prefix, n.params) {
+            (Some(prefix), Some(params)) => rewrite::prefix_field(params, "uri", prefix)
+                .map(|p| Bytes::from(jsonrpc::notification(&n.method, Some(&p)))),
+            _ => None,
+        };
+        let out = rewritten.unwrap_or_else(|| bytes.clone());
+        match &self.owner {
+            Owner::Session(s) => {
+                if let Some(s) = s.upgrade() {
+                    s.deliver_unsolicited(out);
+                }
+            }
+            Owner::Shared(_) => {
+                let uri = n
+                    .params
+                    .and_then(|p| RawObject::parse(p).ok())
+                    .and_then(|p| p.get_str("uri").map(|u| u.into_owned()));
+                if let Some(uri) = uri {
+                    for session in self.subscribers(&uri) {
+                        session.deliver_unsolicited(out.clone());
+                    }
                 }
             }
         }
@@ -463,11 +584,17 @@ impl Connection {
             );
             return;
         };
+        let (params, progress) = match r.params.map(|p| session.rewrite_server_progress(p)) {
+            Some(Some((params, progress))) => (Some(params), Some(progress)),
+            _ => (None, None),
+        };
         let client_id = session.register_server_request(ServerRequestRoute {
             connection: Arc::downgrade(self),
             upstream_id: r.id.to_owned(),
+            progress,
         });
-        let out = Bytes::from(jsonrpc::request(&client_id, &r.method, r.params));
+        let params = params.as_deref().or(r.params);
+        let out = Bytes::from(jsonrpc::request(&client_id, &r.method, params));
         if let Some(id) = related
             && let Some(entry) = self.pending.get(&id)
             && let Pending::Forward(slot) = entry.value()

@@ -265,6 +265,8 @@ impl HttpLink {
             *p = None;
         }
         Self::open(conn).await?;
+        // A new upstream session (often a restarted server) may offer different lists.
+        conn.info.catalog.invalidate_all();
         if self.listening.load(Ordering::Acquire) {
             self.restart_listener(conn);
         }

@@ -2,6 +2,7 @@
 //! holds to them (stdio child processes and Streamable HTTP sessions), and the per-request
 //! `ForwardStream` that carries an upstream's answer back with timeouts.
 
+mod catalog;
 mod connection;
 mod handshake;
 mod http;
@@ -15,6 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
+pub use catalog::{Catalog, Page, PageKey};
 pub use connection::{Connection, InternalReply, Link, Owner};
 pub use handshake::{InitParams, UpstreamServer, error_message};
 pub use stdio::LinkState;
@@ -37,6 +39,19 @@ pub struct UpstreamInfo {
     pub max_request_timeout: Duration,
     pub init_timeout: Duration,
     pub max_message: usize,
+    /// `<name><separator>` when the tenant prefixes names.
+    pub name_prefix: Option<Box<str>>,
+    /// `<name>+` when the tenant namespaces resource URIs.
+    pub uri_prefix: Option<Box<str>>,
+    /// Cached list pages, shared by every connection to this upstream.
+    pub catalog: Catalog,
+}
+
+/// How a tenant joins upstream names to the identifiers of their items.
+#[derive(Debug, Clone, Copy)]
+pub struct Naming<'a> {
+    pub prefixed: bool,
+    pub separator: &'a str,
 }
 
 /// One event for a forwarded request, already in the client's terms (ids, tokens).
@@ -77,6 +92,7 @@ impl Upstream {
         config: &UpstreamConfig,
         index: usize,
         limits: &Limits,
+        naming: Naming<'_>,
         directory: Weak<SessionDirectory>,
     ) -> Result<Arc<Upstream>, String> {
         let info = Arc::new(UpstreamInfo {
@@ -86,6 +102,11 @@ impl Upstream {
             max_request_timeout: config.max_request_timeout,
             init_timeout: config.init_timeout,
             max_message: limits.max_upstream_message_bytes,
+            name_prefix: naming
+                .prefixed
+                .then(|| format!("{}{}", config.name, naming.separator).into()),
+            uri_prefix: naming.prefixed.then(|| format!("{}+", config.name).into()),
+            catalog: Catalog::default(),
         });
         let kind = match &config.transport {
             UpstreamTransport::Stdio(s) if s.sharing == StdioSharing::Shared => {
@@ -132,6 +153,22 @@ impl Upstream {
 
     pub fn name(&self) -> &str {
         &self.info.name
+    }
+
+    /// The name clients see for an item named `name` by this upstream.
+    pub fn public_name(&self, name: &str) -> String {
+        match &self.info.name_prefix {
+            Some(p) => format!("{p}{name}"),
+            None => name.to_owned(),
+        }
+    }
+
+    /// The URI clients see for a resource (or template) `uri` of this upstream.
+    pub fn public_uri(&self, uri: &str) -> String {
+        match &self.info.uri_prefix {
+            Some(p) => format!("{p}{uri}"),
+            None => uri.to_owned(),
+        }
     }
 
     /// The shared connection, if this upstream has one.

@@ -289,6 +289,10 @@ async fn run_once(
         Ok(Ok(server)) => {
             if let Some(c) = conn.upgrade() {
                 tracing::info!(upstream = %name, pid, protocol = %server.protocol_version, "stdio upstream ready");
+                if link(&c).restarts.load(Ordering::Relaxed) > 0 {
+                    // A restarted process may offer different lists.
+                    c.info.catalog.invalidate_all();
+                }
                 c.set_server(server);
                 link(&c).state.send_replace(LinkState::Ready);
             }

@@ -3,6 +3,8 @@
 
 mod support;
 
+mod aggregation;
+mod conformance;
 mod process;
 mod sdk_clients;
 mod transport_rules;

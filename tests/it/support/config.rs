@@ -74,6 +74,7 @@ pub fn tenant(name: &str, upstreams: Vec<UpstreamConfig>) -> TenantConfig {
             mode: PrefixMode::Conditional,
             separator: "__".into(),
         },
+        failure_policy: FailurePolicy::Open,
         upstreams,
     }
 }
