@@ -140,6 +140,45 @@ export function textOf(result, tool) {
   return t.text;
 }
 
+/** All text blocks of a tool result joined with "\n". */
+export function allTextOf(result, tool) {
+  if (result.isError) throw new Error(`tool ${tool} returned isError: ${JSON.stringify(result)}`);
+  const texts = (result.content || []).filter((c) => c.type === 'text').map((c) => c.text);
+  if (texts.length === 0) throw new Error(`tool ${tool} returned no text content: ${JSON.stringify(result)}`);
+  return texts.join('\n');
+}
+
+/** Text of the first text block of the first message of a sampling/createMessage request (or null). */
+export function firstSamplingText(params) {
+  const content = params?.messages?.[0]?.content;
+  const blocks = Array.isArray(content) ? content : content ? [content] : [];
+  return blocks.find((c) => c?.type === 'text')?.text ?? null;
+}
+
+/**
+ * Walk one list method page by page for the `paging` scenario:
+ * `fetchPage(cursor)` must request exactly ONE page (cursor undefined for the
+ * first). Returns `{pages: [size, ...], [key]: [item, ...]}`; a capability the
+ * server does not advertise yields `{pages: [], [key]: []}` without a request.
+ */
+export async function listPages(tag, what, advertised, fetchPage, items, key, cap) {
+  const out = { pages: [], [key]: [] };
+  if (!advertised) {
+    log(tag, `${what}: server does not advertise the capability; not listing`);
+    return out;
+  }
+  let cursor;
+  for (let i = 0; i < cap; i++) {
+    const page = await fetchPage(cursor);
+    const got = items(page);
+    out.pages.push(got.length);
+    out[key].push(...got);
+    cursor = page.nextCursor;
+    if (!cursor) return out;
+  }
+  throw new Error(`${what} did not end after ${cap} pages`);
+}
+
 /**
  * Run `body()` with an overall deadline, print its result (or {sdk, error}) as
  * one JSON line on stdout, and exit 0/1. Exits explicitly so a stray open

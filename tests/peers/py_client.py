@@ -16,7 +16,8 @@ message on stderr on failure (stdout then carries {"sdk":..., "error": "..."}).
          same tool from several upstreams as `<upstream>__<tool>`). Tools are
          otherwise selected by name suffix, and exactly one must match.
 
-Scenarios: see SCENARIOS at the bottom (currently: everything).
+Scenarios: see SCENARIOS at the bottom (currently: everything, roundtrips, paging)
+and tests/peers/README.md.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-from mcp import Client, Implementation
+from mcp import Client, Implementation, types
+from mcp.client.session import ClientRequestContext
 
 SDK = f"python-mcp-{importlib.metadata.version('mcp')}"
+LABEL = "python"  # the <sdk-label> in scenario messages (ts-sdk-v1 / ts-sdk-v2 in the JS clients)
 LIST_PAGE_CAP = 100
 
 
@@ -77,6 +80,16 @@ def text_of(result: Any, tool: str) -> str:
     return texts[0]
 
 
+def all_text_of(result: Any, tool: str) -> str:
+    """All text blocks of a tool result joined with a newline."""
+    if result.is_error:
+        raise ScenarioError(f"tool {tool} returned isError: {result.model_dump(mode='json', by_alias=True)}")
+    texts = [c.text for c in result.content if getattr(c, "type", None) == "text"]
+    if not texts:
+        raise ScenarioError(f"tool {tool} returned no text content: {result.model_dump(mode='json', by_alias=True)}")
+    return "\n".join(texts)
+
+
 async def scenario_everything(client: Client, args: argparse.Namespace, out: dict[str, Any]) -> None:
     tools = await list_all_tools(client)
     out["tools"] = tools
@@ -98,8 +111,104 @@ async def scenario_everything(client: Client, args: argparse.Namespace, out: dic
     out["progress"] = progress
 
 
+def roundtrip_callbacks(out: dict[str, Any]) -> dict[str, Any]:
+    """Client kwargs for the `roundtrips` scenario.
+
+    The Python SDK has no explicit capability list: passing `sampling_callback`
+    declares `sampling: {}` and passing `elicitation_callback` declares
+    `elicitation: {form: {}, url: {}}` at initialize (and in the per-request
+    capabilities on 2026-07-28, where the same callbacks answer the embedded
+    input requests of an `input_required` result).
+    """
+
+    async def on_sampling(
+        ctx: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult:
+        first = params.messages[0].content_as_list if params.messages else []
+        text = next((c.text for c in first if getattr(c, "type", None) == "text"), None)
+        log(f"sampling/createMessage: {len(params.messages)} message(s), first text {text!r}")
+        out["samplingRequest"] = text
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text=f"sampled by {LABEL}"),
+            model="switchyard-test-model",
+            stop_reason="endTurn",
+        )
+
+    async def on_elicitation(ctx: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        log(f"elicitation/create ({params.mode}): {params.message!r}")
+        out["elicitationMessage"] = params.message
+        return types.ElicitResult(action="accept", content={"name": f"Ada {LABEL}", "check": True})
+
+    return {"sampling_callback": on_sampling, "elicitation_callback": on_elicitation}
+
+
+async def scenario_roundtrips(client: Client, args: argparse.Namespace, out: dict[str, Any]) -> None:
+    tools = await list_all_tools(client)
+    out["tools"] = tools
+
+    # The handlers overwrite these; null in the output means the request never reached us.
+    out["samplingRequest"] = None
+    sampler = pick_tool(tools, "trigger-sampling-request", args.prefix)
+    result = await client.call_tool(sampler, {"prompt": f"ping from {LABEL}", "maxTokens": 16})
+    out["sampling"] = all_text_of(result, sampler)
+
+    out["elicitationMessage"] = None
+    elicitor = pick_tool(tools, "trigger-elicitation-request", args.prefix)
+    out["elicitation"] = all_text_of(await client.call_tool(elicitor, {}), elicitor)
+
+
+async def list_pages(what: str, advertised: bool, fetch: Callable[[str | None], Awaitable[Any]],
+                     items: Callable[[Any], list[str]], key: str) -> dict[str, list[Any]]:
+    """Walk one list method page by page; a capability the server does not advertise yields pages []."""
+    pages: list[int] = []
+    found: list[str] = []
+    if not advertised:
+        log(f"{what}: server does not advertise the capability; not listing")
+        return {"pages": pages, key: found}
+    cursor: str | None = None
+    for _ in range(LIST_PAGE_CAP):
+        page = await fetch(cursor)
+        got = items(page)
+        pages.append(len(got))
+        found.extend(got)
+        cursor = page.next_cursor
+        if not cursor:
+            return {"pages": pages, key: found}
+    raise ScenarioError(f"{what} did not end after {LIST_PAGE_CAP} pages")
+
+
+async def scenario_paging(client: Client, args: argparse.Namespace, out: dict[str, Any]) -> None:
+    # Client.list_* fetch exactly one page per call (the SDK never auto-pages);
+    # cache_mode="bypass" keeps the SEP-2549 response cache out of the way.
+    caps = client.server_capabilities
+    out["tools"] = await list_pages(
+        "tools/list", caps.tools is not None,
+        lambda c: client.list_tools(cursor=c, cache_mode="bypass"),
+        lambda p: [t.name for t in p.tools], "names")
+    out["prompts"] = await list_pages(
+        "prompts/list", caps.prompts is not None,
+        lambda c: client.list_prompts(cursor=c, cache_mode="bypass"),
+        lambda p: [x.name for x in p.prompts], "names")
+    out["resources"] = await list_pages(
+        "resources/list", caps.resources is not None,
+        lambda c: client.list_resources(cursor=c, cache_mode="bypass"),
+        lambda p: [str(r.uri) for r in p.resources], "uris")
+    out["resourceTemplates"] = await list_pages(
+        "resources/templates/list", caps.resources is not None,
+        lambda c: client.list_resource_templates(cursor=c, cache_mode="bypass"),
+        lambda p: [str(r.uri_template) for r in p.resource_templates], "uriTemplates")
+
+
 SCENARIOS: dict[str, Callable[[Client, argparse.Namespace, dict[str, Any]], Awaitable[None]]] = {
     "everything": scenario_everything,
+    "roundtrips": scenario_roundtrips,
+    "paging": scenario_paging,
+}
+
+# Extra Client(...) kwargs (handlers, hence declared capabilities) per scenario.
+CLIENT_KWARGS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "roundtrips": roundtrip_callbacks,
 }
 
 
@@ -110,12 +219,14 @@ def _num(v: Any) -> Any:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"sdk": SDK, "mode": args.mode, "scenario": args.scenario}
+    extra = CLIENT_KWARGS[args.scenario](out) if args.scenario in CLIENT_KWARGS else {}
     with anyio.fail_after(args.timeout):
         async with Client(
             args.url,
             mode=args.mode,
             read_timeout_seconds=args.timeout,
             client_info=Implementation(name="switchyard-peer-python", version=SDK),
+            **extra,
         ) as client:
             out["protocolVersion"] = client.protocol_version
             info = client.server_info

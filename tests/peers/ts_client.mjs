@@ -17,16 +17,21 @@
 // --prefix Only consider tools whose name starts with P (the gateway may expose
 //          the same tool from several upstreams as `<upstream>__<tool>`).
 //
-// Scenarios: see SCENARIOS below (currently: everything).
+// Scenarios: see SCENARIOS below (currently: everything, roundtrips, paging)
+// and tests/peers/README.md.
 
-import { importPeer, peerVersion, parseArgs, pickTool, textOf, runMain, log } from './peer-import.mjs';
+import {
+  importPeer, peerVersion, parseArgs, pickTool, textOf, allTextOf, firstSamplingText, listPages, runMain, log,
+} from './peer-import.mjs';
 
 const TAG = 'ts_client';
 const SDK = `ts-sdk-${peerVersion('@modelcontextprotocol/sdk')}`;
+const LABEL = 'ts-sdk-v1'; // the <sdk-label> in scenario messages
 const LIST_PAGE_CAP = 100;
 
 const { Client } = await importPeer('@modelcontextprotocol/sdk/client/index.js');
 const { StreamableHTTPClientTransport } = await importPeer('@modelcontextprotocol/sdk/client/streamableHttp.js');
+const { CreateMessageRequestSchema, ElicitRequestSchema } = await importPeer('@modelcontextprotocol/sdk/types.js');
 
 async function listAllTools(client, requestOpts) {
   const names = [];
@@ -60,7 +65,68 @@ async function scenarioEverything(client, opts, out, requestOpts) {
   out.progress = progress;
 }
 
-const SCENARIOS = { everything: scenarioEverything };
+// `roundtrips`: the capabilities are declared in the Client constructor (see
+// clientCapabilities) and the handlers installed with setRequestHandler(<zod
+// request schema>, ...) before connect; v1 refuses a handler whose capability
+// is not declared, and validates both the request and our result.
+function installRoundtripHandlers(client, out) {
+  client.setRequestHandler(CreateMessageRequestSchema, async (request) => {
+    const text = firstSamplingText(request.params);
+    log(TAG, `sampling/createMessage: ${request.params.messages?.length} message(s), first text ${JSON.stringify(text)}`);
+    out.samplingRequest = text;
+    return {
+      role: 'assistant',
+      content: { type: 'text', text: `sampled by ${LABEL}` },
+      model: 'switchyard-test-model',
+      stopReason: 'endTurn',
+    };
+  });
+  client.setRequestHandler(ElicitRequestSchema, async (request) => {
+    log(TAG, `elicitation/create (${request.params.mode ?? 'form'}): ${JSON.stringify(request.params.message)}`);
+    out.elicitationMessage = request.params.message;
+    return { action: 'accept', content: { name: `Ada ${LABEL}`, check: true } };
+  });
+}
+
+async function scenarioRoundtrips(client, opts, out, requestOpts) {
+  const tools = await listAllTools(client, requestOpts);
+  out.tools = tools;
+
+  // The handlers overwrite these; null in the output means the request never reached us.
+  out.samplingRequest = null;
+  const sampler = pickTool(tools, 'trigger-sampling-request', opts.prefix);
+  const sampled = await client.callTool(
+    { name: sampler, arguments: { prompt: `ping from ${LABEL}`, maxTokens: 16 } }, undefined, requestOpts);
+  out.sampling = allTextOf(sampled, sampler);
+
+  out.elicitationMessage = null;
+  const elicitor = pickTool(tools, 'trigger-elicitation-request', opts.prefix);
+  out.elicitation = allTextOf(await client.callTool({ name: elicitor, arguments: {} }, undefined, requestOpts), elicitor);
+}
+
+// `paging`: v1's list*() methods fetch exactly one page per call (no
+// auto-paging, no response cache), so they are the per-page calls.
+async function scenarioPaging(client, opts, out, requestOpts) {
+  const caps = client.getServerCapabilities() ?? {};
+  const p = (cursor) => (cursor === undefined ? undefined : { cursor });
+  out.tools = await listPages(TAG, 'tools/list', !!caps.tools,
+    (c) => client.listTools(p(c), requestOpts), (r) => r.tools.map((t) => t.name), 'names', LIST_PAGE_CAP);
+  out.prompts = await listPages(TAG, 'prompts/list', !!caps.prompts,
+    (c) => client.listPrompts(p(c), requestOpts), (r) => r.prompts.map((x) => x.name), 'names', LIST_PAGE_CAP);
+  out.resources = await listPages(TAG, 'resources/list', !!caps.resources,
+    (c) => client.listResources(p(c), requestOpts), (r) => r.resources.map((x) => x.uri), 'uris', LIST_PAGE_CAP);
+  out.resourceTemplates = await listPages(TAG, 'resources/templates/list', !!caps.resources,
+    (c) => client.listResourceTemplates(p(c), requestOpts), (r) => r.resourceTemplates.map((x) => x.uriTemplate),
+    'uriTemplates', LIST_PAGE_CAP);
+}
+
+const SCENARIOS = { everything: scenarioEverything, roundtrips: scenarioRoundtrips, paging: scenarioPaging };
+
+// Client capabilities per scenario (declared at initialize).
+function clientCapabilities(scenario) {
+  // `elicitation: {form: {}}` (an empty object would mean form-only too).
+  return scenario === 'roundtrips' ? { sampling: {}, elicitation: { form: {} } } : {};
+}
 
 let opts;
 try {
@@ -73,7 +139,8 @@ try {
 await runMain(TAG, SDK, opts.scenario, opts.timeout, async () => {
   const out = { sdk: SDK, mode: opts.mode, scenario: opts.scenario };
   const requestOpts = { timeout: opts.timeout * 1000 };
-  const client = new Client({ name: 'switchyard-peer-ts-v1', version: SDK }, { capabilities: {} });
+  const client = new Client({ name: 'switchyard-peer-ts-v1', version: SDK }, { capabilities: clientCapabilities(opts.scenario) });
+  if (opts.scenario === 'roundtrips') installRoundtripHandlers(client, out);
   client.onerror = (e) => log(TAG, `client/transport error: ${e?.message ?? e}`);
   const transport = new StreamableHTTPClientTransport(new URL(opts.url));
   await client.connect(transport, requestOpts);
