@@ -347,3 +347,56 @@ impl LiveSession {
         futures_util::future::join_all(owned.iter().map(|c| c.close())).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::session::SessionId;
+
+    fn session() -> LiveSession {
+        let key = SessionKey {
+            tenant: "t".into(),
+            user: "u".into(),
+            id: SessionId::generate(),
+        };
+        LiveSession::new(
+            key,
+            ProtocolVersion::V2025_11_25,
+            serde_json::json!({}),
+            serde_json::json!({}),
+            1,
+        )
+    }
+
+    #[test]
+    fn server_request_progress_tokens_are_swapped_and_kept_apart() {
+        let s = session();
+        let params =
+            RawValue::from_string(r#"{"messages":[],"_meta":{"progressToken":7}}"#.to_owned())
+                .unwrap();
+        let (rewritten, (token, original)) = s.rewrite_server_progress(&params).unwrap();
+        assert_eq!(original.get(), "7");
+        assert!(
+            rewritten
+                .get()
+                .contains(&format!("\"progressToken\":{token}"))
+        );
+        assert!(!rewritten.get().contains(":7}"));
+        // A second request with the same upstream token gets a different client-facing token.
+        let (_, (token2, _)) = s.rewrite_server_progress(&params).unwrap();
+        assert_ne!(token, token2);
+        // Params without a token are left alone.
+        let plain = RawValue::from_string(r#"{"messages":[]}"#.to_owned()).unwrap();
+        assert!(s.rewrite_server_progress(&plain).is_none());
+    }
+
+    #[test]
+    fn idle_and_attached() {
+        let s = session();
+        assert!(!s.is_attached());
+        let _rx = s.open_get_stream();
+        assert!(s.is_attached(), "a GET stream keeps it attached");
+        assert!(s.deliver_unsolicited(bytes::Bytes::from_static(b"{}")));
+    }
+}

@@ -4,9 +4,11 @@
 mod support;
 
 mod aggregation;
+mod catalog;
 mod conformance;
 mod process;
 mod sdk_clients;
+mod three_upstreams;
 mod transport_rules;
 mod upstream_http;
 mod upstream_stdio;
