@@ -11,16 +11,23 @@ mod de;
 mod error;
 mod loader;
 mod raw;
+mod raw_security;
 mod rules;
+mod rules_security;
 mod scalar;
 mod spanned;
 mod subst;
 mod suggest;
 mod units;
 mod validate;
+mod validate_auth;
+mod validate_http;
+mod validate_security;
 mod validate_upstream;
 mod yaml;
 
+#[cfg(test)]
+mod security_tests;
 #[cfg(test)]
 mod tests;
 
@@ -63,10 +70,23 @@ pub struct Config {
     pub source: Option<PathBuf>,
     /// Address the MCP listener binds (default `127.0.0.1:8080`).
     pub listen: SocketAddr,
+    /// HTTPS on the listener when set; plain HTTP otherwise (local dev, behind an ingress).
+    pub tls: Option<TlsConfig>,
     pub limits: Limits,
     pub sessions: SessionConfig,
     /// At least one tenant; names and paths unique.
     pub tenants: Vec<TenantConfig>,
+}
+
+/// TLS termination with rustls. The files are watched and reloaded when they change.
+#[derive(Debug, Clone)]
+pub struct TlsConfig {
+    /// PEM certificate chain (leaf first).
+    pub cert: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// How often the files are checked for changes (default 10s).
+    pub reload_interval: Duration,
 }
 
 /// Size bounds applied to client and upstream input.
@@ -105,8 +125,70 @@ pub struct TenantConfig {
     pub prefix: PrefixConfig,
     /// What an unreachable upstream does to lists and `initialize`.
     pub failure_policy: FailurePolicy,
+    /// The canonical URI of this endpoint (`https://host/t/acme/mcp`): the default token
+    /// audience and the `resource` of the protected-resource metadata. `None`: derived per
+    /// request from the scheme, the (validated) Host header and `path`.
+    pub resource: Option<String>,
+    /// Host header values accepted (DNS-rebinding protection), lower case, `host` or
+    /// `host:port`. Empty: when the listener is on a loopback address only `localhost`,
+    /// `127.0.0.1` and `[::1]` (any port) are accepted; otherwise any host.
+    pub allowed_hosts: Vec<String>,
+    /// Origins accepted when a request carries `Origin` (`https://app.example:8443`, lower
+    /// case, no path). Empty: only loopback origins when the listener is on loopback. A request
+    /// whose Origin is its own Host is always accepted.
+    pub allowed_origins: Vec<String>,
+    /// OAuth 2.1 resource-server settings; `None`: no authentication (user `anonymous`).
+    pub auth: Option<AuthConfig>,
+    /// Per-tool authorization; a tool matching several policies must satisfy all of them.
+    pub tool_policies: Vec<ToolPolicy>,
     /// At least one; names unique within the tenant and splittable with `prefix.separator`.
     pub upstreams: Vec<UpstreamConfig>,
+}
+
+/// Validation of audience-bound JWT access tokens.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    /// The authorization server's issuer identifier (`iss` of accepted tokens).
+    pub issuer: String,
+    /// Where the signing keys are; `None`: found by OIDC discovery from the issuer
+    /// (`/.well-known/openid-configuration`, then RFC 8414 metadata).
+    pub jwks_url: Option<String>,
+    /// Accepted `aud` values; empty: the tenant's canonical resource URI.
+    pub audiences: Vec<String>,
+    /// Accepted signature algorithms (asymmetric only; default RS256, RS384, RS512, PS256,
+    /// PS384, PS512, ES256, ES384, EdDSA).
+    pub algorithms: Vec<JwtAlgorithm>,
+    /// Leeway for `exp` and `nbf` (default 60s).
+    pub clock_skew: Duration,
+    /// Scopes every request needs (403 `insufficient_scope` without them).
+    pub required_scopes: Vec<String>,
+    /// Advertised in the protected-resource metadata (default: `required_scopes`).
+    pub scopes_supported: Vec<String>,
+}
+
+/// JWS algorithms a tenant may accept. Symmetric (`HS*`) and `none` are not representable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JwtAlgorithm {
+    RS256,
+    RS384,
+    RS512,
+    PS256,
+    PS384,
+    PS512,
+    ES256,
+    ES384,
+    EdDSA,
+}
+
+/// Who may use which tools.
+#[derive(Debug, Clone)]
+pub struct ToolPolicy {
+    /// Public tool names or glob patterns (`*` matches any run of characters).
+    pub tools: Vec<String>,
+    /// Scopes the token must carry (a missing scope is a 403 `insufficient_scope` on call).
+    pub scopes: Vec<String>,
+    /// Claims the token must carry: equal to the value, or an array containing it.
+    pub claims: BTreeMap<String, String>,
 }
 
 /// How a tenant treats an upstream that cannot be reached or fails.
@@ -207,6 +289,22 @@ pub struct HttpConfig {
     pub url: String,
     /// Static headers sent on every upstream request (the gateway's own credentials).
     pub headers: Vec<(String, Secret)>,
+    /// Headers whose value is the (trimmed) content of a file, re-read when it changes
+    /// (mounted Kubernetes secrets).
+    pub header_files: Vec<(String, PathBuf)>,
+    /// OAuth 2.0 client credentials: the gateway fetches, caches and refreshes its own token.
+    pub oauth2: Option<ClientCredentials>,
+}
+
+/// The OAuth 2.0 client-credentials grant (RFC 6749 §4.4) for an upstream.
+#[derive(Debug, Clone)]
+pub struct ClientCredentials {
+    pub token_url: String,
+    pub client_id: String,
+    pub client_secret: Secret,
+    pub scopes: Vec<String>,
+    /// RFC 8707 `resource` sent with the token request (the upstream's URL when unset).
+    pub resource: Option<String>,
 }
 
 /// A string that may hold a secret: its `Debug` never shows the value.

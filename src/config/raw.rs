@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 
+use super::raw_security::{RawAuth, RawOAuth2, RawTls, RawToolPolicy};
 use super::spanned::Sp;
 use super::units::{DURATION_NEEDS_UNIT, parse_duration, parse_size};
 
@@ -17,6 +18,7 @@ pub type Field<T> = Option<Sp<T>>;
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     pub listen: Field<String>,
+    pub tls: Field<RawTls>,
     pub limits: Field<RawLimits>,
     pub sessions: Field<RawSessions>,
     pub tenants: Field<Vec<Sp<RawTenant>>>,
@@ -51,6 +53,11 @@ pub struct RawTenant {
     pub server: Field<RawServer>,
     pub prefix: Field<RawPrefix>,
     pub failure_policy: Field<RawFailurePolicy>,
+    pub resource: Field<String>,
+    pub allowed_hosts: Field<Vec<Sp<String>>>,
+    pub allowed_origins: Field<Vec<Sp<String>>>,
+    pub auth: Field<RawAuth>,
+    pub tool_policies: Field<Vec<Sp<RawToolPolicy>>>,
     pub upstreams: Field<Vec<Sp<RawUpstream>>>,
 }
 
@@ -127,6 +134,8 @@ pub struct RawRestart {
 pub struct RawHttp {
     pub url: Field<String>,
     pub headers: Field<Pairs>,
+    pub header_files: Field<Pairs>,
+    pub oauth2: Field<RawOAuth2>,
 }
 
 /// A string-to-string mapping in document order, keys and values located.

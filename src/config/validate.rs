@@ -14,6 +14,7 @@ use super::rules;
 use super::spanned::{Loc, Sp};
 use super::subst::HIDDEN_VALUE;
 use super::units::{format_duration, format_size};
+use super::validate_security::TenantPath;
 use super::{
     Config, FailurePolicy, Limits, PrefixConfig, PrefixMode, ServerIdentity, SessionConfig,
     StoreConfig, TenantConfig,
@@ -127,10 +128,12 @@ pub(super) fn validate(raw: &Sp<RawConfig>, checker: &mut Checker<'_>) -> Option
     let listen = listen(checker, &root.listen);
     let limits = limits(checker, &root.limits);
     let sessions = sessions(checker, &root.sessions);
+    let tls = super::validate_security::tls(checker, &root.tls);
     let tenants = tenants(checker, &root.tenants, &raw.loc);
     Some(Config {
         source: None,
         listen: listen?,
+        tls: tls?,
         limits: limits?,
         sessions: sessions?,
         tenants: tenants?,
@@ -362,6 +365,10 @@ fn tenant(
             }
         }),
     };
+    let tenant_path = path
+        .as_deref()
+        .map(|value| TenantPath::new(value, raw, name.as_ref()));
+    let security = super::validate_security::tenant(checker, raw, tenant_path);
     let server = server(checker, raw);
     let prefix = prefix(checker, raw);
     let upstreams = super::validate_upstream::upstreams(
@@ -379,6 +386,7 @@ fn tenant(
             RawFailurePolicy::Closed => FailurePolicy::Closed,
         }),
     };
+    let security = security?;
     Some(TenantConfig {
         name: name?.0,
         path: path?,
@@ -386,6 +394,11 @@ fn tenant(
         prefix: prefix?.0,
         failure_policy: failure_policy?,
         upstreams: upstreams?,
+        resource: security.resource,
+        allowed_hosts: security.allowed_hosts,
+        allowed_origins: security.allowed_origins,
+        auth: security.auth,
+        tool_policies: security.tool_policies,
     })
 }
 

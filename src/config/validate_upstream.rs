@@ -1,18 +1,17 @@
 //! Raw → validated upstreams of one tenant: names (unique, splittable), exactly one transport,
-//! stdio command/env/cwd/restart, HTTP URL/headers, timeouts.
+//! stdio command/env/cwd/restart, timeouts (HTTP settings: `validate_http`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::raw::{Field, Pairs, RawHttp, RawRestart, RawSharing, RawStdio, RawUpstream};
+use super::raw::{Field, Pairs, RawRestart, RawSharing, RawStdio, RawUpstream};
 use super::rules;
 use super::spanned::{Loc, Sp};
 use super::subst::is_var_name;
 use super::validate::{Checker, Seen, shown, unique};
-use super::{
-    HttpConfig, RestartPolicy, Secret, StdioConfig, StdioSharing, UpstreamConfig, UpstreamTransport,
-};
+use super::validate_http::http;
+use super::{RestartPolicy, Secret, StdioConfig, StdioSharing, UpstreamConfig, UpstreamTransport};
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 const DEFAULT_MAX_TIMEOUT: Duration = Duration::from_secs(10 * 60);
@@ -312,65 +311,4 @@ fn restart(checker: &mut Checker<'_>, field: &Field<RawRestart>) -> Option<Resta
         initial_backoff: initial,
         max_backoff: max,
     })
-}
-
-fn http(checker: &mut Checker<'_>, sp: &Sp<RawHttp>) -> Option<HttpConfig> {
-    let raw = sp.get()?;
-    let url = match &raw.url {
-        None => {
-            checker.missing(&sp.loc, "url");
-            None
-        }
-        Some(url_sp) => url_sp.get().and_then(|url| match rules::upstream_url(url) {
-            Ok(()) => Some(url.clone()),
-            Err(rule) => {
-                checker.error(&url_sp.loc, rule);
-                None
-            }
-        }),
-    };
-    let headers = headers(checker, &raw.headers);
-    Some(HttpConfig {
-        url: url?,
-        headers: headers?,
-    })
-}
-
-fn headers(checker: &mut Checker<'_>, field: &Field<Pairs>) -> Option<Vec<(String, Secret)>> {
-    let Some(pairs) = field else {
-        return Some(Vec::new());
-    };
-    let mut seen = Seen::new();
-    let mut headers = Vec::new();
-    let mut ok = true;
-    for (key, value) in &pairs.get()?.0 {
-        let name = key.get().and_then(|name| {
-            if let Err(rule) = rules::header_name(name) {
-                checker.error(&key.loc, rule);
-                return None;
-            }
-            let lower = name.to_ascii_lowercase();
-            if let Some(first) = seen.get(&lower) {
-                checker.error(
-                    &key.loc,
-                    format!("duplicate header {name:?} (first defined at {first}; header names are case-insensitive)"),
-                );
-                return None;
-            }
-            seen.insert(lower, format!("line {}", key.loc.mark.line));
-            Some(name.clone())
-        });
-        let secret = value.get().and_then(|v| match rules::header_value(v) {
-            Ok(()) => Some(Secret::new(v.clone())),
-            Err(rule) => {
-                checker.error(&value.loc, rule);
-                None
-            }
-        });
-        match (name, secret) {
-            (Some(name), Some(secret)) => headers.push((name, secret)),
-            _ => ok = false,
-        }
-    }
-    ok.then_some(headers)
 }
