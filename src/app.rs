@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use crate::config::Config;
+use crate::config::{Config, TlsConfig};
 use crate::gateway::Gateway;
 use crate::http;
+use crate::listener::ServerTls;
 
 /// How long open connections may take to finish after shutdown begins.
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
@@ -26,22 +27,42 @@ pub fn build(config: &Config) -> Result<Arc<Gateway>, String> {
     Gateway::start(config)
 }
 
-/// Serves `gateway` on `listener` until `shutdown` resolves; then stops accepting, gives open
-/// requests [`DRAIN_DEADLINE`] to finish, and shuts every upstream down.
+/// Serves `gateway` on `listener` (HTTPS when `tls` is set, with the certificate files
+/// reloaded when they change) until `shutdown` resolves; then stops accepting, gives open
+/// requests [`DRAIN_DEADLINE`] to finish, and shuts every upstream down. A certificate or key
+/// that cannot be loaded at startup is an error (naming the file) and nothing is served.
 pub async fn serve(
     listener: TcpListener,
     gateway: Arc<Gateway>,
+    tls: Option<TlsConfig>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
+    let tls = match tls.as_ref().map(ServerTls::start).transpose() {
+        Ok(t) => t,
+        Err(e) => {
+            gateway.shutdown().await;
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, e));
+        }
+    };
+    if let Ok(addr) = listener.local_addr() {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        for tenant in gateway.tenants() {
+            tracing::info!(tenant = %tenant.name, url = %format!("{scheme}://{addr}{}", tenant.config.path), "MCP endpoint ready");
+        }
+    }
     let reaper = tokio::spawn(reap_idle_sessions(gateway.clone()));
     let mut stopping = gateway.shutdown_signal();
     let signal_gateway = gateway.clone();
-    let server =
-        axum::serve(listener, http::router(gateway.clone())).with_graceful_shutdown(async move {
+    let server = crate::listener::serve(
+        listener,
+        http::router(gateway.clone()),
+        tls.as_ref().map(ServerTls::acceptor),
+        async move {
             shutdown.await;
             tracing::info!("shutting down: no new connections");
             signal_gateway.begin_shutdown();
-        });
+        },
+    );
     let deadline = async move {
         let _ = stopping.wait_for(|s| *s).await;
         tokio::time::sleep(DRAIN_DEADLINE).await;
@@ -53,6 +74,7 @@ pub async fn serve(
             Ok(())
         }
     };
+    drop(tls);
     reaper.abort();
     gateway.shutdown().await;
     tracing::info!("stopped");

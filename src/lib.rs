@@ -3,12 +3,15 @@
 //! See ARCHITECTURE.md for the request path and the code map.
 
 pub mod app;
+pub mod auth;
 pub mod config;
 pub mod demo;
 pub mod error;
 pub mod gateway;
 pub mod http;
 pub mod jsonrpc;
+pub mod listener;
+pub mod policy;
 pub mod protocol;
 pub mod router;
 pub mod session;

@@ -189,11 +189,7 @@ async fn serve(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let addr = listener.local_addr().map_or(config.listen, |a| a);
-    for tenant in &config.tenants {
-        tracing::info!(tenant = %tenant.name, url = %format!("http://{addr}{}", tenant.path), "MCP endpoint ready");
-    }
-    match switchyard::app::serve(listener, gateway, shutdown_signal()).await {
+    match switchyard::app::serve(listener, gateway, config.tls.clone(), shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "server error");

@@ -26,6 +26,7 @@ impl TestGateway {
         let task = tokio::spawn(switchyard::app::serve(
             listener,
             gateway.clone(),
+            config.tls.clone(),
             async move {
                 let _ = rx.await;
             },
@@ -41,6 +42,11 @@ impl TestGateway {
     /// The MCP endpoint URL of a tenant.
     pub fn url(&self, tenant: &str) -> String {
         format!("http://{}/t/{tenant}/mcp", self.addr)
+    }
+
+    /// The MCP endpoint URL of a tenant over HTTPS (for a gateway started with `tls`).
+    pub fn https_url(&self, tenant: &str) -> String {
+        format!("https://{}/t/{tenant}/mcp", self.addr)
     }
 
     /// Stops serving and waits (bounded) for every upstream to be shut down.

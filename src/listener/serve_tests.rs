@@ -1,0 +1,218 @@
+//! The accept loop on real sockets: `ConnInfo` on every request (plain and TLS, HTTP/1.1 and
+//! HTTP/2), bad handshakes not stopping the loop, graceful shutdown letting a request in
+//! progress finish, and connections stuck in the TLS handshake not holding shutdown up.
+
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{ConnectInfo, Extension};
+use axum::http::Version;
+use axum::routing::get;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::tests::{Dir, leaf_and_ca};
+use super::{ConnInfo, ServerTls, serve};
+use crate::config::TlsConfig;
+
+fn router() -> Router {
+    Router::new()
+        .route(
+            "/info",
+            get(
+                |Extension(info): Extension<ConnInfo>,
+                 ConnectInfo(addr): ConnectInfo<SocketAddr>,
+                 version: Version| async move {
+                    assert_eq!(addr, info.remote);
+                    format!("{} {} {version:?}", info.tls, info.remote.ip())
+                },
+            ),
+        )
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                "slow done"
+            }),
+        )
+}
+
+struct Server {
+    addr: SocketAddr,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<std::io::Result<()>>,
+    _tls: Option<ServerTls>,
+    _dir: Option<Dir>,
+    ca: Option<String>,
+}
+
+impl Server {
+    async fn start(tls: bool) -> Server {
+        crate::app::install_crypto_provider();
+        let (server_tls, dir, ca) = if tls {
+            let dir = Dir::new("serve");
+            let (cert, key, _, ca) = leaf_and_ca("serve");
+            let config = TlsConfig {
+                cert: dir.write("cert.pem", cert),
+                key: dir.write("key.pem", key),
+                reload_interval: Duration::from_secs(1),
+            };
+            (
+                Some(ServerTls::start(&config).unwrap()),
+                Some(dir),
+                Some(ca),
+            )
+        } else {
+            (None, None, None)
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(serve(
+            listener,
+            router(),
+            server_tls.as_ref().map(ServerTls::acceptor),
+            async move {
+                let _ = rx.await;
+            },
+        ));
+        Server {
+            addr,
+            stop,
+            task,
+            _tls: server_tls,
+            _dir: dir,
+            ca,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        let scheme = if self.ca.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}{path}", self.addr)
+    }
+
+    fn client(&self, http1_only: bool, prior_knowledge: bool) -> reqwest::Client {
+        let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(10));
+        if let Some(ca) = &self.ca {
+            builder =
+                builder.tls_certs_only([reqwest::Certificate::from_pem(ca.as_bytes()).unwrap()]);
+        }
+        if http1_only {
+            builder = builder.http1_only();
+        }
+        if prior_knowledge {
+            builder = builder.http2_prior_knowledge();
+        }
+        builder.build().unwrap()
+    }
+
+    async fn get(&self, client: &reqwest::Client, path: &str) -> String {
+        let resp = client.get(self.url(path)).send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.text().await.unwrap()
+    }
+
+    /// Triggers shutdown and returns how long `serve` took to return.
+    async fn stop(self) -> Duration {
+        let start = Instant::now();
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(5), self.task)
+            .await
+            .expect("serve returns after shutdown")
+            .unwrap()
+            .unwrap();
+        start.elapsed()
+    }
+}
+
+#[tokio::test]
+async fn plain_connections_carry_conn_info_over_http1_and_http2() {
+    let server = Server::start(false).await;
+    let h1 = server.get(&server.client(true, false), "/info").await;
+    assert_eq!(h1, "false 127.0.0.1 HTTP/1.1");
+    let h2 = server.get(&server.client(false, true), "/info").await;
+    assert_eq!(h2, "false 127.0.0.1 HTTP/2.0");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn tls_connections_carry_conn_info_and_bad_handshakes_are_survived() {
+    let server = Server::start(true).await;
+    // Garbage and an abandoned handshake first: the loop carries on.
+    let mut garbage = TcpStream::connect(server.addr).await.unwrap();
+    garbage.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+    drop(TcpStream::connect(server.addr).await.unwrap());
+
+    let h1 = server.get(&server.client(true, false), "/info").await;
+    assert_eq!(h1, "true 127.0.0.1 HTTP/1.1");
+    let h2 = server.get(&server.client(false, false), "/info").await;
+    assert_eq!(h2, "true 127.0.0.1 HTTP/2.0");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_lets_requests_in_progress_finish_then_refuses_connections() {
+    for tls in [false, true] {
+        for http1_only in [true, false] {
+            let server = Server::start(tls).await;
+            let addr = server.addr;
+            let client = server.client(http1_only, !tls && !http1_only);
+            let url = server.url("/slow");
+            let slow = tokio::spawn(async move {
+                let resp = client.get(url).send().await.unwrap();
+                resp.text().await.unwrap()
+            });
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let took = server.stop().await;
+            assert_eq!(
+                slow.await.unwrap(),
+                "slow done",
+                "tls={tls} h1={http1_only}"
+            );
+            assert!(took >= Duration::from_millis(100), "{took:?}");
+            assert!(TcpStream::connect(addr).await.is_err());
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_connection_stuck_in_the_handshake_does_not_hold_shutdown_up() {
+    let server = Server::start(true).await;
+    let _idle = TcpStream::connect(server.addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let took = server.stop().await;
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+#[tokio::test]
+async fn app_serve_refuses_to_start_without_a_usable_certificate() {
+    let config = crate::config::parse(
+        "tenants:\n  - name: a\n    upstreams:\n      - {name: u, http: {url: \"http://127.0.0.1:9/mcp\"}}\n",
+        "test.yaml",
+        &|_| None,
+    )
+    .unwrap();
+    let gateway = crate::app::build(&config).unwrap();
+    let dir = Dir::new("refuse");
+    let (cert, _, _, _) = leaf_and_ca("refuse");
+    let tls = TlsConfig {
+        cert: dir.write("cert.pem", cert),
+        key: dir.0.join("missing-key.pem"),
+        reload_interval: Duration::from_secs(1),
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let served = tokio::time::timeout(
+        Duration::from_secs(5),
+        crate::app::serve(listener, gateway, Some(tls), std::future::pending()),
+    )
+    .await
+    .expect("serve returns at once");
+    let e = served.unwrap_err().to_string();
+    assert!(e.starts_with("cannot read TLS key file "), "{e}");
+    assert!(e.contains("missing-key.pem"), "{e}");
+}
