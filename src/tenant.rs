@@ -6,7 +6,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use dashmap::DashMap;
 
+use crate::auth::Authenticator;
 use crate::config::{Limits, PrefixMode, TenantConfig};
+use crate::policy::ToolPolicies;
 use crate::router::CursorKey;
 use crate::session::{LiveSession, SessionId};
 use crate::upstream::{Naming, Upstream};
@@ -60,6 +62,10 @@ pub struct Tenant {
     pub prefixed: bool,
     /// Signs the composite cursors of aggregated lists.
     pub cursor_key: CursorKey,
+    /// Validates bearer tokens; `None` when the tenant has no `auth`.
+    pub authenticator: Option<Authenticator>,
+    /// Who may use which tools.
+    pub policies: ToolPolicies,
 }
 
 impl Tenant {
@@ -91,6 +97,11 @@ impl Tenant {
             directory,
             prefixed,
             cursor_key: CursorKey::random(),
+            authenticator: config
+                .auth
+                .as_ref()
+                .map(|a| Authenticator::new(a, auth_http_client())),
+            policies: ToolPolicies::new(&config.tool_policies),
         }))
     }
 
@@ -123,4 +134,12 @@ impl Tenant {
         futures_util::future::join_all(sessions.iter().map(|s| s.close())).await;
         futures_util::future::join_all(self.upstreams.iter().map(|u| u.shutdown())).await;
     }
+}
+
+/// The HTTP client for the issuer's discovery and key-set requests.
+fn auth_http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new())
 }

@@ -78,6 +78,7 @@ async fn handle(State(st): State<Arc<HttpState>>, req: Request) -> Response {
 }
 
 async fn post(st: &HttpState, headers: &HeaderMap, body: Body) -> Response {
+    st.server.trace_headers(headers);
     if !accepts_json_and_sse(headers) {
         let msg = "Not Acceptable: Accept must list application/json and text/event-stream";
         return status_error(StatusCode::NOT_ACCEPTABLE, msg);

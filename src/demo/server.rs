@@ -133,6 +133,25 @@ impl Server {
     }
 }
 
+impl Server {
+    /// With a trace file, records the headers of an HTTP request as `{"http_headers": {...}}`
+    /// (tests check what reaches an upstream, e.g. that no client credential does).
+    pub(crate) fn trace_headers(&self, headers: &axum::http::HeaderMap) {
+        let Some(trace) = &self.trace else { return };
+        let map: serde_json::Map<String, serde_json::Value> = headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned().into(),
+                )
+            })
+            .collect();
+        let line = serde_json::json!({ "http_headers": map }).to_string();
+        write_trace(trace, line.as_bytes());
+    }
+}
+
 /// One JSON document per line; documents spanning lines are re-encoded compactly.
 fn write_trace(trace: &Mutex<File>, bytes: &[u8]) {
     let bytes = bytes.trim_ascii();

@@ -13,9 +13,10 @@ use bytes::Bytes;
 use futures_util::stream;
 use tokio::sync::watch;
 
-use super::{headers, sse};
+use super::{guard, headers, sse};
+use crate::auth::Principal;
 use crate::error::GatewayError;
-use crate::gateway::{ANONYMOUS, Gateway};
+use crate::gateway::Gateway;
 use crate::jsonrpc::{self, Message, ParseError};
 use crate::protocol::header as mcp;
 use crate::router::{self, Reply};
@@ -26,17 +27,18 @@ use crate::upstream::{ForwardStream, StreamItem};
 /// How often an idle GET stream gets a keep-alive comment.
 const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
 
-/// Entry point for a request whose path is a tenant's endpoint.
+/// Entry point for a request whose path is a tenant's endpoint, from an admitted caller.
 pub async fn handle(
     gateway: Arc<Gateway>,
     tenant: Arc<Tenant>,
+    principal: Principal,
     parts: Parts,
     body: Body,
 ) -> Response<Body> {
     let result = match parts.method {
-        Method::POST => post(&gateway, &tenant, &parts, body).await,
-        Method::GET => get(&gateway, &tenant, &parts).await,
-        Method::DELETE => delete(&gateway, &tenant, &parts).await,
+        Method::POST => post(&gateway, &tenant, &principal, &parts, body).await,
+        Method::GET => get(&gateway, &tenant, &principal, &parts).await,
+        Method::DELETE => delete(&gateway, &tenant, &principal, &parts).await,
         _ => Err(GatewayError::MethodNotAllowed),
     };
     result.unwrap_or_else(|e| e.into_response(None))
@@ -45,6 +47,7 @@ pub async fn handle(
 async fn post(
     gateway: &Gateway,
     tenant: &Arc<Tenant>,
+    principal: &Principal,
     parts: &Parts,
     body: Body,
 ) -> Result<Response<Body>, GatewayError> {
@@ -55,7 +58,7 @@ async fn post(
         .await
         .map_err(|_| GatewayError::BodyTooLarge { limit })?;
     let message = jsonrpc::parse(&bytes).map_err(parse_error)?;
-    let user = ANONYMOUS;
+    let user = &*principal.user;
 
     // initialize opens a session: the version comes from its params, not from a header.
     if let Message::Request(req) = &message
@@ -88,11 +91,25 @@ async fn post(
     }
     let session = session_of(gateway, tenant, parts, user).await?;
     match message {
-        Message::Request(req) => Ok(match router::handle_request(tenant, &session, &req).await {
-            Ok(Reply::Json(body)) => json(body),
-            Ok(Reply::Stream(stream)) => respond_stream(stream, req.id).await,
-            Err(e) => e.into_response(Some(req.id)),
-        }),
+        Message::Request(req) => Ok(
+            match router::handle_request(tenant, &session, principal, &req).await {
+                Ok(Reply::Json(body)) => json(body),
+                Ok(Reply::Stream(stream)) => respond_stream(stream, req.id).await,
+                Err(GatewayError::ToolNeedsScopes { missing }) => {
+                    // Step-up authorization: the client may obtain a token with these scopes.
+                    let host = guard::request_host(parts)
+                        .unwrap_or_default()
+                        .to_ascii_lowercase();
+                    let resource = guard::resource_identity(tenant, parts, &host);
+                    GatewayError::InsufficientScope {
+                        www_authenticate: resource.challenge_scope(&missing),
+                        missing,
+                    }
+                    .into_response(Some(req.id))
+                }
+                Err(e) => e.into_response(Some(req.id)),
+            },
+        ),
         Message::Notification(n) => {
             router::handle_notification(tenant, &session, &n).await;
             Ok(accepted())
@@ -153,11 +170,12 @@ async fn respond_stream(
 async fn get(
     gateway: &Gateway,
     tenant: &Arc<Tenant>,
+    principal: &Principal,
     parts: &Parts,
 ) -> Result<Response<Body>, GatewayError> {
     headers::check_get_accept(&parts.headers)?;
     headers::protocol_version(&parts.headers)?;
-    let session = session_of(gateway, tenant, parts, ANONYMOUS).await?;
+    let session = session_of(gateway, tenant, parts, &principal.user).await?;
     let rx = session.open_get_stream();
     // The client now listens for unsolicited messages: so do the session's upstreams.
     for upstream in tenant.upstreams.iter() {
@@ -194,9 +212,10 @@ fn get_events(
 async fn delete(
     gateway: &Gateway,
     tenant: &Arc<Tenant>,
+    principal: &Principal,
     parts: &Parts,
 ) -> Result<Response<Body>, GatewayError> {
-    let session = session_of(gateway, tenant, parts, ANONYMOUS).await?;
+    let session = session_of(gateway, tenant, parts, &principal.user).await?;
     gateway.end_session(tenant, &session.key).await;
     tracing::info!(tenant = %tenant.name, session = ?session.key.id, "session deleted by the client");
     let mut resp = Response::new(Body::empty());

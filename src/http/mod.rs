@@ -1,7 +1,8 @@
-//! The HTTP front: the axum router with health endpoints and the tenant MCP endpoints, and
-//! `serve` with graceful shutdown.
+//! The HTTP front: the axum router with the health endpoint, the RFC 9728 metadata of each
+//! protected tenant, and the tenant MCP endpoints behind the security front (`guard`).
 
 pub mod endpoint;
+pub mod guard;
 pub mod headers;
 pub mod sse;
 
@@ -12,15 +13,21 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{Response, StatusCode};
 use axum::routing::get;
-use tower_http::trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer};
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
+use axum::http::request::Parts;
+
 use crate::gateway::Gateway;
+use crate::tenant::Tenant;
 
 /// All routes of the MCP listener, with a debug-level span per HTTP request.
 pub fn router(gateway: Arc<Gateway>) -> Router {
+    // The span names method and path only: a query string may carry a (refused) token.
     let trace = TraceLayer::new_for_http()
-        .make_span_with(DefaultMakeSpan::new().level(Level::DEBUG))
+        .make_span_with(|req: &Request| {
+            tracing::debug_span!("request", method = %req.method(), path = %req.uri().path())
+        })
         .on_response(DefaultOnResponse::new().level(Level::DEBUG));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -29,15 +36,47 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .layer(trace)
 }
 
-/// Finds the tenant whose endpoint path matches, else 404.
+/// Finds the tenant whose endpoint (or protected-resource metadata) path matches, else 404.
+/// Every endpoint request passes the security front first.
 async fn dispatch(State(gateway): State<Arc<Gateway>>, req: Request) -> Response<Body> {
-    let Some(tenant) = gateway.tenant_by_path(req.uri().path()).cloned() else {
-        let mut resp = Response::new(Body::from("no MCP endpoint at this path\n"));
-        *resp.status_mut() = StatusCode::NOT_FOUND;
-        return resp;
+    let path = req.uri().path();
+    if let Some(tenant) = gateway.tenant_by_metadata_path(path).cloned() {
+        let (parts, _) = req.into_parts();
+        return protected_resource_metadata(&tenant, &parts);
+    }
+    let Some(tenant) = gateway.tenant_by_path(path).cloned() else {
+        return not_found("no MCP endpoint at this path\n");
     };
     let (parts, body) = req.into_parts();
-    endpoint::handle(gateway, tenant, parts, body).await
+    let principal = match guard::admit(&gateway, &tenant, &parts).await {
+        Ok(p) => p,
+        Err(e) => return e.into_response(None),
+    };
+    endpoint::handle(gateway, tenant, principal, parts, body).await
+}
+
+/// RFC 9728 metadata of a tenant with `auth` (404 for tenants without).
+fn protected_resource_metadata(tenant: &Tenant, parts: &Parts) -> Response<Body> {
+    let Some(auth) = &tenant.authenticator else {
+        return not_found("this endpoint is not a protected resource\n");
+    };
+    let host = guard::request_host(parts)
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let resource = guard::resource_identity(tenant, parts, &host);
+    let body = crate::auth::metadata_document(&resource, auth.config(), &tenant.config.server.name);
+    let mut resp = Response::new(Body::from(body));
+    resp.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn not_found(text: &'static str) -> Response<Body> {
+    let mut resp = Response::new(Body::from(text));
+    *resp.status_mut() = StatusCode::NOT_FOUND;
+    resp
 }
 
 #[cfg(test)]
@@ -60,6 +99,7 @@ mod tests {
         let req = Request::builder()
             .method(method)
             .uri(path)
+            .header("host", "127.0.0.1:8080")
             .body(Body::empty())
             .unwrap();
         let resp = router(gateway()).oneshot(req).await.unwrap();

@@ -11,9 +11,11 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::ensure_link;
+use crate::auth::Principal;
 use crate::config::FailurePolicy;
 use crate::error::GatewayError;
 use crate::jsonrpc::{self, RawObject};
+use crate::policy::Decision;
 use crate::protocol::{ListKind, tools};
 use crate::session::LiveSession;
 use crate::tenant::Tenant;
@@ -26,9 +28,11 @@ const MAX_LOOKUP_PAGES: usize = 100;
 pub async fn list_page(
     tenant: &Arc<Tenant>,
     session: &Arc<LiveSession>,
+    principal: &Principal,
     kind: ListKind,
     cursor: Option<&str>,
 ) -> Result<Vec<u8>, GatewayError> {
+    let policed = kind == ListKind::Tools && !tenant.policies.is_empty();
     // Which upstreams to ask, and from where.
     let positions: Vec<(&Arc<Upstream>, Option<String>)> = match cursor {
         None => tenant.upstreams.iter().map(|u| (u, None)).collect(),
@@ -67,6 +71,12 @@ pub async fn list_page(
             },
         };
         for (item, id) in page.items.iter().zip(&page.ids) {
+            // Tools the caller may not use are not listed.
+            if policed
+                && tenant.policies.decide(&upstream.public_name(id), principal) != Decision::Allow
+            {
+                continue;
+            }
             // Without prefixes two upstreams can offer the same name: the first one keeps it.
             if !tenant.prefixed && tenant.upstreams.len() > 1 && !seen.insert(id) {
                 tracing::warn!(tenant = %tenant.name, upstream = %upstream.name(), name = %id, "{} name collision: already offered by an earlier upstream", kind.key());

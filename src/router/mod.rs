@@ -15,8 +15,10 @@ use serde_json::value::RawValue;
 pub use cursor::CursorKey;
 pub use initialize::initialize;
 
+use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::jsonrpc::{self, Notification, RawObject, Request, Response};
+use crate::policy::Decision;
 use crate::protocol::rewrite::ResultShape;
 use crate::protocol::{ListKind, Method};
 use crate::session::LiveSession;
@@ -35,6 +37,7 @@ pub enum Reply {
 pub async fn handle_request(
     tenant: &Arc<Tenant>,
     session: &Arc<LiveSession>,
+    principal: &Principal,
     req: &Request<'_>,
 ) -> Result<Reply, GatewayError> {
     let method = Method::from_name(&req.method);
@@ -44,14 +47,16 @@ pub async fn handle_request(
     match method {
         Method::Initialize => Err(GatewayError::AlreadyInitialized),
         Method::Ping => Ok(Reply::Json(jsonrpc::result_response(req.id, b"{}"))),
-        Method::ToolsList => list(tenant, session, req, ListKind::Tools).await,
-        Method::PromptsList => list(tenant, session, req, ListKind::Prompts).await,
-        Method::ResourcesList => list(tenant, session, req, ListKind::Resources).await,
+        Method::ToolsList => list(tenant, session, principal, req, ListKind::Tools).await,
+        Method::PromptsList => list(tenant, session, principal, req, ListKind::Prompts).await,
+        Method::ResourcesList => list(tenant, session, principal, req, ListKind::Resources).await,
         Method::ResourcesTemplatesList => {
-            list(tenant, session, req, ListKind::ResourceTemplates).await
+            list(tenant, session, principal, req, ListKind::ResourceTemplates).await
         }
-        Method::ToolsCall => route_by_name(tenant, session, req, ListKind::Tools).await,
-        Method::PromptsGet => route_by_name(tenant, session, req, ListKind::Prompts).await,
+        Method::ToolsCall => route_by_name(tenant, session, principal, req, ListKind::Tools).await,
+        Method::PromptsGet => {
+            route_by_name(tenant, session, principal, req, ListKind::Prompts).await
+        }
         Method::ResourcesRead | Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => {
             route_by_uri(tenant, session, req).await
         }
@@ -200,6 +205,7 @@ async fn forward(
 async fn list(
     tenant: &Arc<Tenant>,
     session: &Arc<LiveSession>,
+    principal: &Principal,
     req: &Request<'_>,
     kind: ListKind,
 ) -> Result<Reply, GatewayError> {
@@ -210,7 +216,7 @@ async fn list(
             .map(|c| c.into_owned()),
         None => None,
     };
-    let result = catalog::list_page(tenant, session, kind, cursor.as_deref()).await?;
+    let result = catalog::list_page(tenant, session, principal, kind, cursor.as_deref()).await?;
     Ok(Reply::Json(jsonrpc::result_response(req.id, &result)))
 }
 
@@ -267,6 +273,7 @@ async fn resolve_uri<'t>(
 async fn route_by_name(
     tenant: &Arc<Tenant>,
     session: &Arc<LiveSession>,
+    principal: &Principal,
     req: &Request<'_>,
     kind: ListKind,
 ) -> Result<Reply, GatewayError> {
@@ -274,7 +281,8 @@ async fn route_by_name(
         ListKind::Tools => ResultShape::ToolCall,
         _ => ResultShape::PromptGet,
     };
-    if tenant.is_transparent() {
+    let policed = kind == ListKind::Tools && !tenant.policies.is_empty();
+    if tenant.is_transparent() && !policed {
         let upstream = &tenant.upstreams[0];
         return forward(
             session,
@@ -298,6 +306,15 @@ async fn route_by_name(
             GatewayError::InvalidParams(format!("`name` (the {what} name) is required"))
         })?
         .into_owned();
+    if policed {
+        match tenant.policies.decide(&name, principal) {
+            Decision::Allow => {}
+            Decision::MissingScopes(missing) => {
+                return Err(GatewayError::ToolNeedsScopes { missing });
+            }
+            Decision::Hidden => return Err(names::unknown_name(tenant, "tool", &name)),
+        }
+    }
     let (upstream, own) = resolve_name(tenant, session, kind, &name).await?;
     params.set("name", jsonrpc::raw_string(&own));
     let params = params.to_raw();

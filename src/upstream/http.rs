@@ -11,6 +11,7 @@ use reqwest::StatusCode;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
 use super::connection::{Connection, Link};
+use super::credentials::Credentials;
 use super::handshake;
 use super::sse::SseParser;
 use crate::error::GatewayError;
@@ -26,8 +27,8 @@ const EXCHANGE_SLACK: Duration = Duration::from_secs(10);
 pub struct HttpLink {
     client: reqwest::Client,
     url: reqwest::Url,
-    /// Static headers from config (the gateway's own credentials), marked sensitive.
-    headers: HeaderMap,
+    /// The gateway's own credentials for this upstream (never the client's).
+    credentials: Arc<Credentials>,
     session_id: Mutex<Option<HeaderValue>>,
     protocol_version: Mutex<Option<HeaderValue>>,
     /// Bumped by each successful (re)initialize, so concurrent failures re-initialize once.
@@ -45,7 +46,7 @@ impl HttpLink {
     pub fn new(
         client: reqwest::Client,
         url: reqwest::Url,
-        headers: HeaderMap,
+        credentials: Arc<Credentials>,
         max_request_timeout: Duration,
         init_timeout: Duration,
         max_message: usize,
@@ -53,7 +54,7 @@ impl HttpLink {
         HttpLink {
             client,
             url,
-            headers,
+            credentials,
             session_id: Mutex::new(None),
             protocol_version: Mutex::new(None),
             generation: AtomicU64::new(0),
@@ -90,8 +91,10 @@ impl HttpLink {
         }
     }
 
-    fn base_headers(&self, accept: &'static str) -> HeaderMap {
-        let mut h = self.headers.clone();
+    /// The headers of every upstream request: the gateway's credentials, `Accept`, and the
+    /// upstream session id and protocol version once known.
+    async fn base_headers(&self, accept: &'static str) -> Result<HeaderMap, GatewayError> {
+        let mut h = self.credentials.headers().await?;
         h.insert(ACCEPT, HeaderValue::from_static(accept));
         if let Some(v) = self.session_id.lock().ok().and_then(|s| s.clone()) {
             h.insert(HeaderName::from_static(header::SESSION_ID), v);
@@ -99,7 +102,7 @@ impl HttpLink {
         if let Some(v) = self.protocol_version.lock().ok().and_then(|s| s.clone()) {
             h.insert(HeaderName::from_static(header::PROTOCOL_VERSION), v);
         }
-        h
+        Ok(h)
     }
 
     fn remember_session(&self, resp: &reqwest::Response) {
@@ -118,7 +121,7 @@ impl HttpLink {
         body: Bytes,
         upstream: &str,
     ) -> Result<(reqwest::Response, bool), GatewayError> {
-        let mut headers = self.base_headers(ACCEPT_BOTH);
+        let mut headers = self.base_headers(ACCEPT_BOTH).await?;
         let had_session = headers.contains_key(header::SESSION_ID);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         let resp = self
@@ -152,12 +155,21 @@ impl HttpLink {
     ) -> Result<(), GatewayError> {
         let upstream = conn.upstream_name();
         let mut retried = false;
+        let mut token_renewed = false;
         loop {
             let generation = self.generation.load(Ordering::Acquire);
             let (resp, had_session) = self.post(body.clone(), upstream).await?;
             let status = resp.status();
             if status.is_success() && status != StatusCode::ACCEPTED {
                 return self.consume(conn, id, resp).await;
+            }
+            if status == StatusCode::UNAUTHORIZED && self.credentials.has_token() && !token_renewed
+            {
+                // Our token may have been revoked or expired early: one retry with a new one.
+                drop(resp);
+                token_renewed = true;
+                self.credentials.token_rejected().await;
+                continue;
             }
             if session_lost(status, had_session) && !retried {
                 drop(resp);
@@ -301,10 +313,17 @@ impl HttpLink {
         if self.session_id().is_none() {
             return;
         }
+        let headers = match self.base_headers(ACCEPT_BOTH).await {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::debug!(error = %e, "upstream session DELETE skipped");
+                return;
+            }
+        };
         let req = self
             .client
             .delete(self.url.clone())
-            .headers(self.base_headers(ACCEPT_BOTH))
+            .headers(headers)
             .timeout(DELETE_TIMEOUT)
             .send();
         if let Err(e) = req.await {
@@ -326,26 +345,36 @@ async fn listen_loop(conn: Weak<Connection>) {
     let mut backoff = Duration::from_secs(1);
     let mut last_event_id: Option<String> = None;
     loop {
-        let (request, name, max) = {
-            let Some(c) = conn.upgrade() else { return };
+        let Some(c) = conn.upgrade() else { return };
+        let (name, max) = (c.info.name.clone(), http_link(&c).max_message);
+        let request = {
             let l = http_link(&c);
             if l.closed.load(Ordering::Acquire) {
                 return;
             }
-            let mut headers = l.base_headers("text/event-stream");
-            if let Some(id) = last_event_id
-                .as_deref()
-                .and_then(|i| HeaderValue::from_str(i).ok())
-            {
-                headers.insert(HeaderName::from_static(header::LAST_EVENT_ID), id);
+            match l.base_headers("text/event-stream").await {
+                Ok(mut headers) => {
+                    if let Some(id) = last_event_id
+                        .as_deref()
+                        .and_then(|i| HeaderValue::from_str(i).ok())
+                    {
+                        headers.insert(HeaderName::from_static(header::LAST_EVENT_ID), id);
+                    }
+                    let send = l.client.get(l.url.clone()).headers(headers).send();
+                    // Hold no strong reference while waiting: the connection may close.
+                    drop(c);
+                    send.await
+                }
+                Err(e) => {
+                    drop(c);
+                    tracing::debug!(upstream = %name, error = %e, "upstream GET stream: no credentials yet");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                    continue;
+                }
             }
-            (
-                l.client.get(l.url.clone()).headers(headers).send(),
-                c.info.name.clone(),
-                l.max_message,
-            )
         };
-        match request.await {
+        match request {
             Ok(resp) if resp.status() == StatusCode::METHOD_NOT_ALLOWED => {
                 tracing::debug!(upstream = %name, "upstream offers no GET stream");
                 return;

@@ -4,6 +4,7 @@
 
 mod catalog;
 mod connection;
+mod credentials;
 mod handshake;
 mod http;
 pub mod sse;
@@ -14,7 +15,6 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 pub use catalog::{Catalog, Page, PageKey};
 pub use connection::{Connection, InternalReply, Link, Owner};
@@ -26,6 +26,7 @@ use crate::config::{Limits, StdioSharing, UpstreamConfig, UpstreamTransport};
 use crate::error::GatewayError;
 use crate::session::LiveSession;
 use crate::tenant::SessionDirectory;
+use credentials::Credentials;
 use http::HttpLink;
 use stdio::StdioLink;
 
@@ -82,7 +83,7 @@ enum UpstreamKind {
     Http {
         client: reqwest::Client,
         url: reqwest::Url,
-        headers: HeaderMap,
+        credentials: Arc<Credentials>,
     },
 }
 
@@ -122,25 +123,17 @@ impl Upstream {
             UpstreamTransport::Stdio(_) => UpstreamKind::Stdio { shared: None },
             UpstreamTransport::Http(h) => {
                 let url = reqwest::Url::parse(&h.url).map_err(|e| format!("invalid URL: {e}"))?;
-                let mut headers = HeaderMap::new();
-                for (name, value) in &h.headers {
-                    let name = HeaderName::from_bytes(name.as_bytes())
-                        .map_err(|_| format!("invalid header name {name:?}"))?;
-                    let mut value = HeaderValue::from_str(value.expose())
-                        .map_err(|_| format!("invalid value for header {name}"))?;
-                    value.set_sensitive(true);
-                    headers.append(name, value);
-                }
                 let client = reqwest::Client::builder()
                     .connect_timeout(config.init_timeout)
                     .pool_idle_timeout(Duration::from_secs(90))
                     .tcp_nodelay(true)
                     .build()
                     .map_err(|e| format!("HTTP client: {e}"))?;
+                let credentials = Arc::new(Credentials::new(h, client.clone(), &config.name)?);
                 UpstreamKind::Http {
                     client,
                     url,
-                    headers,
+                    credentials,
                 }
             }
         };
@@ -217,7 +210,7 @@ impl Upstream {
             UpstreamKind::Http {
                 client,
                 url,
-                headers,
+                credentials,
             } => {
                 let conn = Arc::new(Connection::new(
                     self.info.clone(),
@@ -226,7 +219,7 @@ impl Upstream {
                     Link::Http(HttpLink::new(
                         client.clone(),
                         url.clone(),
-                        headers.clone(),
+                        credentials.clone(),
                         self.info.max_request_timeout,
                         self.info.init_timeout,
                         self.info.max_message,

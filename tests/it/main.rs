@@ -4,11 +4,15 @@
 mod support;
 
 mod aggregation;
+mod auth;
 mod catalog;
 mod conformance;
+mod oidc_harness;
+mod origin_host;
 mod process;
 mod sdk_clients;
 mod three_upstreams;
+mod tls;
 mod transport_rules;
 mod upstream_http;
 mod upstream_stdio;

@@ -46,6 +46,8 @@ pub struct RawClient {
     pub url: String,
     pub session: Option<String>,
     pub protocol_version: String,
+    /// Sent as `Authorization: Bearer <token>` when set.
+    pub bearer: Option<String>,
     next_id: AtomicU64,
 }
 
@@ -62,6 +64,7 @@ impl RawClient {
             url: url.into(),
             session: None,
             protocol_version: "2025-11-25".into(),
+            bearer: None,
             next_id: AtomicU64::new(1),
         }
     }
@@ -90,6 +93,9 @@ impl RawClient {
             h.push(("mcp-session-id", s.clone()));
             h.push(("mcp-protocol-version", self.protocol_version.clone()));
         }
+        if let Some(t) = &self.bearer {
+            h.push(("authorization", format!("Bearer {t}")));
+        }
         h
     }
 
@@ -114,6 +120,9 @@ impl RawClient {
         let mut req = self.http.delete(&self.url);
         if let Some(s) = &self.session {
             req = req.header("mcp-session-id", s);
+        }
+        if let Some(t) = &self.bearer {
+            req = req.header("authorization", format!("Bearer {t}"));
         }
         into_reply(req.send().await.expect("DELETE reaches the gateway")).await
     }

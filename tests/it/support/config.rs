@@ -57,6 +57,8 @@ pub fn http(url: &str) -> UpstreamTransport {
     UpstreamTransport::Http(HttpConfig {
         url: url.into(),
         headers: vec![],
+        header_files: vec![],
+        oauth2: None,
     })
 }
 
@@ -75,6 +77,11 @@ pub fn tenant(name: &str, upstreams: Vec<UpstreamConfig>) -> TenantConfig {
             separator: "__".into(),
         },
         failure_policy: FailurePolicy::Open,
+        resource: None,
+        allowed_hosts: vec![],
+        allowed_origins: vec![],
+        auth: None,
+        tool_policies: vec![],
         upstreams,
     }
 }
@@ -83,6 +90,7 @@ pub fn config(tenants: Vec<TenantConfig>) -> Config {
     Config {
         source: None,
         listen: "127.0.0.1:0".parse().expect("static address"),
+        tls: None,
         limits: Limits {
             max_body_bytes: 256 * 1024,
             max_upstream_message_bytes: 16 * 1024 * 1024,

@@ -6,6 +6,7 @@
 pub mod client;
 pub mod config;
 pub mod gateway;
+pub mod oidc;
 pub mod peers;
 pub mod rawhttp;
 

@@ -8,7 +8,8 @@ use tokio::net::TcpStream;
 
 use super::client::{Reply, into_reply_parts};
 
-/// Sends one request with exactly `headers` (plus Host, Content-Length, Connection: close) and
+/// Sends one request with exactly `headers` (plus Host unless given, Content-Length,
+/// Connection: close) and
 /// reads the whole response, or for a GET answered with an event stream, only its beginning.
 pub async fn exchange(url: &str, method: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
     let rest = url.strip_prefix("http://").expect("http URL");
@@ -18,7 +19,10 @@ pub async fn exchange(url: &str, method: &str, headers: &[(&str, &str)], body: &
     let mut stream = TcpStream::connect(authority)
         .await
         .expect("connect to the gateway");
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: {authority}\r\n"));
+    }
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }

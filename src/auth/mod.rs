@@ -1,0 +1,241 @@
+//! The OAuth 2.1 resource server of a tenant: every request's bearer token is validated (a
+//! JWT signed by the issuer's keys, for this tenant's audience, unexpired, with the required
+//! scopes) and turned into a `Principal` whose user key binds sessions and store records.
+
+mod challenge;
+mod discovery;
+mod jwks;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, Uri, header};
+use jsonwebtoken::{Algorithm, Validation};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+pub use challenge::{METADATA_PREFIX, ResourceIdentity, metadata_document};
+pub use jwks::JwksCache;
+
+use crate::config::{AuthConfig, JwtAlgorithm};
+use crate::error::GatewayError;
+
+/// Who is calling, as established by a validated token.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    /// A stable, opaque key for the user: a hash of issuer and subject. Sessions and store
+    /// keys carry it; it reveals nothing about the user.
+    pub user: Arc<str>,
+    /// Granted scopes (`scope` claim, space separated, or `scp` array).
+    pub scopes: HashSet<String>,
+    /// Every claim of the token, for claim-based tool policies.
+    pub claims: Map<String, Value>,
+}
+
+impl Principal {
+    /// The principal of tenants without authentication.
+    pub fn anonymous() -> Principal {
+        Principal {
+            user: crate::gateway::ANONYMOUS.into(),
+            scopes: HashSet::new(),
+            claims: Map::new(),
+        }
+    }
+
+    /// Whether claim `name` equals `value` (or is an array containing it).
+    pub fn has_claim(&self, name: &str, value: &str) -> bool {
+        match self.claims.get(name) {
+            Some(Value::String(s)) => s == value,
+            Some(Value::Array(items)) => items.iter().any(|i| i.as_str() == Some(value)),
+            Some(Value::Bool(b)) => value == if *b { "true" } else { "false" },
+            Some(Value::Number(n)) => n.to_string() == value,
+            _ => false,
+        }
+    }
+}
+
+/// Validates tokens for one tenant.
+pub struct Authenticator {
+    config: AuthConfig,
+    keys: JwksCache,
+    algorithms: Vec<Algorithm>,
+}
+
+#[derive(Deserialize)]
+struct StandardClaims {
+    #[serde(default)]
+    sub: Option<String>,
+    #[serde(default)]
+    iss: Option<String>,
+    #[serde(default)]
+    scope: Option<String>,
+    #[serde(default)]
+    scp: Option<Value>,
+}
+
+impl Authenticator {
+    pub fn new(config: &AuthConfig, http: reqwest::Client) -> Authenticator {
+        Authenticator {
+            keys: JwksCache::new(config.issuer.clone(), config.jwks_url.clone(), http),
+            algorithms: config.algorithms.iter().map(|a| algorithm(*a)).collect(),
+            config: config.clone(),
+        }
+    }
+
+    pub fn config(&self) -> &AuthConfig {
+        &self.config
+    }
+
+    /// Validates the request's credentials. `resource` is the canonical URI of the endpoint
+    /// (the default audience and the challenge's metadata location).
+    pub async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        uri: &Uri,
+        resource: &ResourceIdentity,
+    ) -> Result<Principal, GatewayError> {
+        if uri.query().is_some_and(|q| {
+            q.split('&')
+                .any(|kv| kv.split('=').next() == Some("access_token"))
+        }) {
+            return Err(GatewayError::TokenInQuery {
+                www_authenticate: resource.challenge_invalid_request(
+                    "access tokens are not accepted in the URI query; send them in the Authorization header",
+                ),
+            });
+        }
+        let token = bearer(headers).ok_or_else(|| GatewayError::Unauthorized {
+            www_authenticate: resource.challenge(&self.config.required_scopes, None),
+            reason: "a bearer token is required".into(),
+        })?;
+        let invalid = |why: &str| GatewayError::Unauthorized {
+            www_authenticate: resource.challenge(&self.config.required_scopes, Some(why)),
+            reason: why.to_owned(),
+        };
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|_| invalid("the token is not a signed JWT"))?;
+        if !self.algorithms.contains(&header.alg) {
+            return Err(invalid("the token's signature algorithm is not accepted"));
+        }
+        let keys = self
+            .keys
+            .keys_for(header.kid.as_deref(), header.alg)
+            .await?;
+        if keys.is_empty() {
+            return Err(invalid("the token was signed with an unknown key"));
+        }
+        let mut validation = Validation::new(header.alg);
+        validation.algorithms = vec![header.alg];
+        validation.leeway = self.config.clock_skew.as_secs();
+        validation.validate_nbf = true;
+        validation.set_issuer(&[&self.config.issuer]);
+        if self.config.audiences.is_empty() {
+            validation.set_audience(&[resource.uri()]);
+        } else {
+            validation.set_audience(&self.config.audiences);
+        }
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        let mut last = None;
+        let mut data = None;
+        for key in keys.iter() {
+            match jsonwebtoken::decode::<Map<String, Value>>(token, key, &validation) {
+                Ok(d) => {
+                    data = Some(d);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let claims = match data {
+            Some(d) => d.claims,
+            None => return Err(invalid(describe(last.as_ref()))),
+        };
+        let standard: StandardClaims = serde_json::from_value(Value::Object(claims.clone()))
+            .map_err(|_| invalid("the token's claims are malformed"))?;
+        let (Some(iss), Some(sub)) = (standard.iss, standard.sub) else {
+            return Err(invalid("the token has no subject"));
+        };
+        let scopes: HashSet<String> = match (standard.scope, standard.scp) {
+            (Some(s), _) => s.split_whitespace().map(str::to_owned).collect(),
+            (None, Some(Value::Array(a))) => a
+                .iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect(),
+            (None, Some(Value::String(s))) => s.split_whitespace().map(str::to_owned).collect(),
+            _ => HashSet::new(),
+        };
+        let missing: Vec<String> = self
+            .config
+            .required_scopes
+            .iter()
+            .filter(|s| !scopes.contains(*s))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            return Err(GatewayError::InsufficientScope {
+                www_authenticate: resource.challenge_scope(&self.config.required_scopes),
+                missing,
+            });
+        }
+        Ok(Principal {
+            user: user_key(&iss, &sub).into(),
+            scopes,
+            claims,
+        })
+    }
+}
+
+/// The token of `Authorization: Bearer <token>` (scheme case-insensitive).
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// A stable, opaque user key: the first 128 bits of SHA-256(issuer NUL subject), hex.
+pub fn user_key(issuer: &str, subject: &str) -> String {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(issuer.as_bytes());
+    ctx.update(&[0]);
+    ctx.update(subject.as_bytes());
+    let digest = ctx.finish();
+    let mut out = String::with_capacity(34);
+    out.push_str("u-");
+    for b in &digest.as_ref()[..16] {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+fn algorithm(a: JwtAlgorithm) -> Algorithm {
+    match a {
+        JwtAlgorithm::RS256 => Algorithm::RS256,
+        JwtAlgorithm::RS384 => Algorithm::RS384,
+        JwtAlgorithm::RS512 => Algorithm::RS512,
+        JwtAlgorithm::PS256 => Algorithm::PS256,
+        JwtAlgorithm::PS384 => Algorithm::PS384,
+        JwtAlgorithm::PS512 => Algorithm::PS512,
+        JwtAlgorithm::ES256 => Algorithm::ES256,
+        JwtAlgorithm::ES384 => Algorithm::ES384,
+        JwtAlgorithm::EdDSA => Algorithm::EdDSA,
+    }
+}
+
+/// A client-safe description of why validation failed.
+fn describe(e: Option<&jsonwebtoken::errors::Error>) -> &'static str {
+    use jsonwebtoken::errors::ErrorKind;
+    match e.map(|e| e.kind()) {
+        Some(ErrorKind::ExpiredSignature) => "the token has expired",
+        Some(ErrorKind::ImmatureSignature) => "the token is not valid yet",
+        Some(ErrorKind::InvalidAudience) => "the token is for another audience",
+        Some(ErrorKind::InvalidIssuer) => "the token is from another issuer",
+        Some(ErrorKind::InvalidSignature) => "the token's signature is invalid",
+        Some(ErrorKind::MissingRequiredClaim(_)) => "the token lacks a required claim",
+        Some(ErrorKind::InvalidAlgorithm) => "the token's signature algorithm is not accepted",
+        _ => "the token is invalid",
+    }
+}
+
+#[cfg(test)]
+mod tests;

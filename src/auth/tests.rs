@@ -1,0 +1,43 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+
+#[test]
+fn user_keys_are_stable_opaque_and_distinct() {
+    let a = user_key("https://idp", "alice");
+    assert_eq!(a, user_key("https://idp", "alice"));
+    assert_eq!(a.len(), 34);
+    assert!(!a.contains("alice"));
+    assert_ne!(a, user_key("https://idp", "bob"));
+    assert_ne!(a, user_key("https://other", "alice"));
+    // The separator keeps ("ab", "c") and ("a", "bc") apart.
+    assert_ne!(user_key("ab", "c"), user_key("a", "bc"));
+}
+
+#[test]
+fn bearer_parsing() {
+    let mut h = HeaderMap::new();
+    assert!(bearer(&h).is_none());
+    h.insert(header::AUTHORIZATION, "Bearer abc.def".parse().unwrap());
+    assert_eq!(bearer(&h), Some("abc.def"));
+    h.insert(header::AUTHORIZATION, "bearer   xyz ".parse().unwrap());
+    assert_eq!(bearer(&h), Some("xyz"));
+    h.insert(header::AUTHORIZATION, "Basic dXNlcjpwYXNz".parse().unwrap());
+    assert!(bearer(&h).is_none());
+    h.insert(header::AUTHORIZATION, "Bearer ".parse().unwrap());
+    assert!(bearer(&h).is_none());
+}
+
+#[test]
+fn claims_match_strings_arrays_and_scalars() {
+    let mut p = Principal::anonymous();
+    p.claims =
+        serde_json::from_str(r#"{"groups":["eng","ops"],"dept":"eng","admin":true,"level":3}"#)
+            .unwrap();
+    assert!(p.has_claim("groups", "ops"));
+    assert!(!p.has_claim("groups", "sales"));
+    assert!(p.has_claim("dept", "eng"));
+    assert!(p.has_claim("admin", "true"));
+    assert!(p.has_claim("level", "3"));
+    assert!(!p.has_claim("missing", "x"));
+}
