@@ -21,10 +21,12 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// Builds the gateway (starting shared upstream processes).
-pub fn build(config: &Config) -> Result<Arc<Gateway>, String> {
+/// Builds the gateway: connects the session store (checking the Redis keyspace layout),
+/// starts shared upstream processes and the bus to other replicas.
+pub async fn build(config: &Config) -> Result<Arc<Gateway>, String> {
     install_crypto_provider();
-    Gateway::start(config)
+    let (store, bus) = crate::gateway::open_store(config).await?;
+    Gateway::start(config, store, bus)
 }
 
 /// Serves `gateway` on `listener` (HTTPS when `tls` is set, with the certificate files

@@ -40,6 +40,8 @@ pub enum GatewayError {
     MethodNotAllowed,
     #[error("Service Unavailable: the gateway is shutting down")]
     ShuttingDown,
+    #[error("Service Unavailable: the session store cannot be reached; retry shortly")]
+    StoreUnavailable,
     #[error("Forbidden: Origin {origin:?} is not allowed for this endpoint")]
     OriginNotAllowed { origin: String },
     #[error("Forbidden: Host {host:?} is not allowed for this endpoint")]
@@ -113,7 +115,7 @@ impl GatewayError {
             | SessionRequired => StatusCode::BAD_REQUEST,
             SessionNotFound => StatusCode::NOT_FOUND,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ShuttingDown | AuthUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ShuttingDown | AuthUnavailable | StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             OriginNotAllowed { .. }
             | HostNotAllowed { .. }
             | InsufficientScope { .. }
@@ -150,7 +152,7 @@ impl GatewayError {
             | MethodNotAllowed
             | NotInitialized
             | AlreadyInitialized => code::INVALID_REQUEST,
-            ShuttingDown => code::CONNECTION_CLOSED,
+            ShuttingDown | StoreUnavailable => code::CONNECTION_CLOSED,
             OriginNotAllowed { .. }
             | HostNotAllowed { .. }
             | Unauthorized { .. }
@@ -215,7 +217,7 @@ impl GatewayError {
                     headers.insert(header::WWW_AUTHENTICATE, v);
                 }
             }
-            GatewayError::AuthUnavailable => {
+            GatewayError::AuthUnavailable | GatewayError::StoreUnavailable => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
             }
             _ => {}

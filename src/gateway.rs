@@ -1,50 +1,102 @@
-//! `Gateway`: the running state shared by every request — tenants by endpoint path, the
-//! session store, and the session lifecycle (create, find, expire, delete).
+//! `Gateway`: the running state shared by every request — tenants, the session store, the bus
+//! to the other replicas — and the session lifecycle: create, find (also sessions another
+//! replica created), persist, expire, delete.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::sync::watch;
 
+use crate::cluster::{Bus, BusMessage, LAYOUT_VERSION, Layout, Redis, RedisSessionStore};
 use crate::config::{Config, Limits, StoreConfig};
 use crate::error::GatewayError;
 use crate::session::memory::MemorySessionStore;
-use crate::session::{LiveSession, SessionBackend, SessionId, SessionKey, SessionStore};
+use crate::session::{
+    LiveSession, SessionBackend, SessionId, SessionKey, SessionStore, StoreError,
+};
 use crate::tenant::Tenant;
+use crate::upstream::Ending;
 
 /// The user of requests on tenants without authentication.
 pub const ANONYMOUS: &str = "anonymous";
 
 pub struct Gateway {
     tenants: HashMap<String, Arc<Tenant>>,
+    tenants_by_name: HashMap<String, Arc<Tenant>>,
     pub store: SessionBackend,
+    pub bus: Arc<Bus>,
     pub session_ttl: Duration,
     pub limits: Limits,
     /// Whether the listener is bound to a loopback address (stricter Host/Origin defaults).
     loopback: bool,
     shutdown: watch::Sender<bool>,
+    bus_listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// Connects the configured store (checking the Redis keyspace layout) and the bus.
+pub async fn open_store(config: &Config) -> Result<(SessionBackend, Bus), String> {
+    match &config.sessions.store {
+        StoreConfig::Memory => Ok((
+            SessionBackend::Memory(MemorySessionStore::new()),
+            Bus::local(),
+        )),
+        StoreConfig::Redis(r) => {
+            let redis = Redis::connect(r).await?;
+            match redis.layout().await.map_err(|e| e.to_string())? {
+                Layout::Current => {}
+                Layout::Behind { found } => {
+                    return Err(format!(
+                        "the Redis keyspace has layout {found} but this gateway needs {LAYOUT_VERSION}: run `switchyard migrate --config <file>` first"
+                    ));
+                }
+                Layout::Ahead { found } => {
+                    return Err(format!(
+                        "the Redis keyspace has layout {found}, newer than this gateway's {LAYOUT_VERSION}: a newer switchyard wrote it; refusing to start"
+                    ));
+                }
+            }
+            let bus = Bus::redis(redis.clone());
+            Ok((SessionBackend::Redis(RedisSessionStore::new(redis)), bus))
+        }
+    }
 }
 
 impl Gateway {
-    /// Builds every tenant (starting shared upstream processes) from a validated config.
-    pub fn start(config: &Config) -> Result<Arc<Gateway>, String> {
+    /// Builds every tenant (starting shared upstream processes) and starts listening on the bus.
+    pub fn start(config: &Config, store: SessionBackend, bus: Bus) -> Result<Arc<Gateway>, String> {
+        let bus = Arc::new(bus);
         let tenants = config
             .tenants
             .iter()
             .map(|t| Ok((t.path.clone(), Tenant::start(t, &config.limits)?)))
             .collect::<Result<HashMap<_, _>, String>>()?;
-        let store = match config.sessions.store {
-            StoreConfig::Memory => SessionBackend::Memory(MemorySessionStore::new()),
-        };
-        Ok(Arc::new(Gateway {
+        let tenants_by_name = tenants
+            .values()
+            .map(|t| (t.name.to_string(), t.clone()))
+            .collect();
+        let gateway = Arc::new(Gateway {
             tenants,
+            tenants_by_name,
             store,
+            bus: bus.clone(),
             session_ttl: config.sessions.ttl,
             limits: config.limits.clone(),
             loopback: config.listen.ip().is_loopback(),
             shutdown: watch::channel(false).0,
-        }))
+            bus_listener: Mutex::new(None),
+        });
+        let weak: Weak<Gateway> = Arc::downgrade(&gateway);
+        let listener = bus.spawn_listener(move |msg| {
+            if let Some(g) = weak.upgrade() {
+                g.on_bus(msg);
+            }
+        });
+        if let Ok(mut l) = gateway.bus_listener.lock() {
+            *l = listener;
+        }
+        Ok(gateway)
     }
 
     pub fn tenant_by_path(&self, path: &str) -> Option<&Arc<Tenant>> {
@@ -65,8 +117,10 @@ impl Gateway {
         self.tenants.values()
     }
 
-    /// Resolves a presented session id for `user` on `tenant`. Unknown, expired, deleted, or
-    /// belonging to someone else all look the same: `SessionNotFound`.
+    /// Resolves a presented session id for `user` on `tenant`: live on this replica, or
+    /// created elsewhere and loaded from the store. Unknown, expired, deleted, or belonging to
+    /// someone else all look the same: `SessionNotFound` (the last is logged as a security
+    /// event).
     pub async fn find_session(
         &self,
         tenant: &Tenant,
@@ -74,53 +128,212 @@ impl Gateway {
         presented: &str,
     ) -> Result<Arc<LiveSession>, GatewayError> {
         let id = SessionId::from_presented(presented).ok_or(GatewayError::SessionNotFound)?;
-        let session = tenant
-            .directory
-            .get(&id)
-            .filter(|s| &*s.key.user == user && !s.is_closed())
-            .ok_or(GatewayError::SessionNotFound)?;
+        let local = tenant.directory.get(&id).filter(|s| !s.is_closed());
+        let session = match local {
+            Some(s) if &*s.key.user == user => {
+                self.refresh_lifecycle(&s).await;
+                s
+            }
+            Some(_) => {
+                self.report_foreign_id(tenant, &id).await;
+                return Err(GatewayError::SessionNotFound);
+            }
+            None => self.resume(tenant, user, id).await?,
+        };
         session.touch();
         // The stored TTL slides too, but one store write per tenth of the TTL is enough.
-        if session.store_touch_due(self.session_ttl / 10)
-            && let Err(e) = self.store.touch(&session.key, self.session_ttl).await
-        {
-            tracing::warn!(error = %e, "could not refresh a session's time-to-live");
+        if session.store_touch_due(self.session_ttl / 10) {
+            match self.store.touch(&session.key, self.session_ttl).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    // Ended elsewhere (or expired): it is gone here too.
+                    self.drop_local(tenant, &session.key, Ending::End).await;
+                    return Err(GatewayError::SessionNotFound);
+                }
+                Err(e) => tracing::warn!(error = %e, "could not refresh a session's time-to-live"),
+            }
         }
         Ok(session)
     }
 
-    /// Ends a session everywhere: live state, upstream connections, stored record.
-    pub async fn end_session(&self, tenant: &Tenant, key: &SessionKey) -> bool {
-        let live = tenant.directory.remove(&key.id);
-        if let Some(s) = &live {
-            s.close().await;
+    /// With a shared store, `notifications/initialized` may have reached another replica: a
+    /// session that is not initialized here checks the record (once per request, only until
+    /// it is initialized).
+    async fn refresh_lifecycle(&self, session: &LiveSession) {
+        if session.is_initialized() || matches!(self.store, SessionBackend::Memory(_)) {
+            return;
         }
-        let stored = self.store.delete(key).await.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "could not delete a session record");
-            false
-        });
-        live.is_some() || stored
+        match self.store.load(&session.key, self.session_ttl).await {
+            Ok(Some(record)) if record.initialized => session.adopt_initialized(),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "could not re-read a session's lifecycle state"),
+        }
     }
 
-    /// Ends sessions idle for longer than the TTL (no request, no open stream). Returns how
-    /// many ended.
+    /// A session not live on this replica: from the store, if it exists for this user.
+    async fn resume(
+        &self,
+        tenant: &Tenant,
+        user: &str,
+        id: SessionId,
+    ) -> Result<Arc<LiveSession>, GatewayError> {
+        let key = SessionKey {
+            tenant: tenant.name.clone(),
+            user: user.into(),
+            id,
+        };
+        let record = self
+            .store
+            .load(&key, self.session_ttl)
+            .await
+            .map_err(store_unavailable)?;
+        let Some(record) = record else {
+            self.report_foreign_id(tenant, &key.id).await;
+            return Err(GatewayError::SessionNotFound);
+        };
+        let session = Arc::new(LiveSession::from_record(
+            key,
+            record,
+            tenant.upstreams.len(),
+            self.bus.clone(),
+        ));
+        tracing::info!(tenant = %tenant.name, session = ?session.key.id, replica = %self.bus.replica, "session continued on this replica");
+        // Two requests racing here keep one live state.
+        Ok(tenant.directory.insert_or_get(session))
+    }
+
+    /// Logs, as a security event, a session id that exists but belongs to another user or
+    /// tenant. The caller answers exactly as for an unknown id.
+    async fn report_foreign_id(&self, tenant: &Tenant, id: &SessionId) {
+        if let Ok(Some((owner_tenant, _))) = self.store.owner_of(id).await {
+            tracing::warn!(
+                target: "switchyard::security",
+                tenant = %tenant.name,
+                owner_tenant = %owner_tenant,
+                session = ?id,
+                "session id presented by a user or tenant it does not belong to; answered 404"
+            );
+        }
+    }
+
+    /// Writes the session's record back if it changed (initialized, a new upstream session).
+    pub async fn persist(&self, session: &LiveSession) {
+        if !session.take_dirty() {
+            return;
+        }
+        if let Err(e) = self
+            .store
+            .update(&session.key, &session.record(), self.session_ttl)
+            .await
+        {
+            session.mark_dirty();
+            tracing::warn!(error = %e, "could not write a session record back; will retry");
+        }
+    }
+
+    /// Ends a session everywhere: live state here and on other replicas, upstream
+    /// connections, the stored record.
+    pub async fn end_session(
+        &self,
+        tenant: &Tenant,
+        key: &SessionKey,
+    ) -> Result<bool, GatewayError> {
+        let stored = self.store.delete(key).await.map_err(store_unavailable)?;
+        let live = self.drop_local(tenant, key, Ending::End).await;
+        if let Err(e) = self
+            .bus
+            .broadcast(&BusMessage::Ended { to: key.into() })
+            .await
+        {
+            tracing::warn!(error = %e, "other replicas not told of a session's end (their state expires)");
+        }
+        Ok(live || stored)
+    }
+
+    /// Closes the live state of a session on this replica only.
+    async fn drop_local(&self, tenant: &Tenant, key: &SessionKey, ending: Ending) -> bool {
+        match tenant.directory.remove(&key.id) {
+            Some(s) => {
+                s.close_as(ending).await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Ends sessions idle for longer than the TTL (no request, no open stream), and keeps the
+    /// stored records of sessions with an open stream alive. Returns how many ended.
     pub async fn expire_idle(&self) -> usize {
         let mut ended = 0;
         for tenant in self.tenants.values() {
             for s in tenant.directory.all() {
-                if s.idle_since().elapsed() >= self.session_ttl && !s.is_attached() {
+                if s.is_attached() {
+                    // Listening is activity: the record must not expire under an open stream.
+                    if s.store_touch_due(self.session_ttl / 10)
+                        && let Err(e) = self.store.touch(&s.key, self.session_ttl).await
+                    {
+                        tracing::warn!(error = %e, "could not refresh a listening session's time-to-live");
+                    }
+                    continue;
+                }
+                if s.idle_since().elapsed() >= self.session_ttl {
                     tracing::info!(tenant = %tenant.name, session = ?s.key.id, "session expired");
-                    self.end_session(tenant, &s.key).await;
+                    // The record expires by its own TTL; with a shared store another replica
+                    // may still serve the session, so its upstream sessions stay.
+                    self.drop_local(tenant, &s.key, self.store_ending()).await;
                     ended += 1;
                 }
             }
         }
-        match &self.store {
-            SessionBackend::Memory(m) => {
-                m.purge_expired();
-            }
+        if let SessionBackend::Memory(m) = &self.store {
+            m.purge_expired();
         }
         ended
+    }
+
+    /// Whether the gateway can serve new sessions (the store answers).
+    pub async fn ready(&self) -> Result<(), StoreError> {
+        self.store.ping().await
+    }
+
+    /// A message from another replica about a session live here.
+    fn on_bus(self: &Arc<Self>, msg: BusMessage) {
+        let to = msg.target();
+        let Some(tenant) = self.tenants_by_name.get(&to.tenant).cloned() else {
+            return;
+        };
+        let Some(id) = SessionId::from_presented(&to.session) else {
+            return;
+        };
+        let Some(session) = tenant
+            .directory
+            .get(&id)
+            .filter(|s| *s.key.user == *to.user)
+        else {
+            return;
+        };
+        match msg {
+            BusMessage::Deliver { message, .. } => {
+                if !session.deliver_local(Bytes::from(message)) {
+                    tracing::debug!(
+                        "a message for a GET stream this replica no longer holds was dropped"
+                    );
+                }
+            }
+            BusMessage::Answer { message, .. }
+            | BusMessage::Progress { message, .. }
+            | BusMessage::Cancel { message, .. } => {
+                tokio::spawn(async move {
+                    crate::router::handle_forwarded(&tenant, &session, message.as_bytes()).await;
+                });
+            }
+            BusMessage::Ended { .. } => {
+                let gateway = self.clone();
+                tokio::spawn(async move {
+                    gateway.drop_local(&tenant, &session.key, Ending::End).await;
+                });
+            }
+        }
     }
 
     /// A receiver that flips to `true` when the gateway shuts down (long streams end on it).
@@ -136,6 +349,24 @@ impl Gateway {
     /// Ends every stream and session and stops every upstream process.
     pub async fn shutdown(&self) {
         self.shutdown.send_replace(true);
-        futures_util::future::join_all(self.tenants.values().map(|t| t.shutdown())).await;
+        if let Some(task) = self.bus_listener.lock().ok().and_then(|mut l| l.take()) {
+            task.abort();
+        }
+        let ending = self.store_ending();
+        futures_util::future::join_all(self.tenants.values().map(|t| t.shutdown(ending))).await;
     }
+
+    /// How live state ends when only this replica lets go: with a shared store the session
+    /// lives on elsewhere, with the in-memory one it is over.
+    fn store_ending(&self) -> Ending {
+        match self.store {
+            SessionBackend::Memory(_) => Ending::End,
+            SessionBackend::Redis(_) => Ending::Release,
+        }
+    }
+}
+
+fn store_unavailable(e: StoreError) -> GatewayError {
+    tracing::error!(error = %e, "session store unavailable");
+    GatewayError::StoreUnavailable
 }

@@ -1,6 +1,6 @@
-//! Command line: `run` the gateway, `check` a config, run the `demo`, or run the bundled
-//! `demo-server` upstream. Parses arguments, sets up logging, and hands built values to the
-//! library.
+//! Command line: `run` the gateway, `check` a config, `migrate` the Redis keyspace, run the
+//! `demo`, or run the bundled `demo-server` upstream. Parses arguments, sets up logging, and
+//! hands built values to the library.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -38,6 +38,12 @@ enum Command {
     },
     /// Validate a routing config and exit (status 1 with every error listed).
     Check {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Bring the Redis keyspace of a config's session store to this build's layout
+    /// (idempotent; records each applied version). Nothing to do for the in-memory store.
+    Migrate {
         #[arg(long, short)]
         config: PathBuf,
     },
@@ -92,6 +98,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run { config, listen } => run(&config, listen).await,
             Command::Check { config } => check(&config),
+            Command::Migrate { config } => migrate(&config).await,
             Command::Demo { config, listen } => run_demo(&config, listen).await,
             Command::DemoServer {
                 stdio,
@@ -157,6 +164,23 @@ fn check(path: &Path) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+#[allow(clippy::print_stdout)]
+async fn migrate(path: &Path) -> ExitCode {
+    let Some(config) = load(path) else {
+        return ExitCode::FAILURE;
+    };
+    match switchyard::cluster::migrate(&config).await {
+        Ok(report) => {
+            println!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "migration failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 async fn run(path: &Path, listen: Option<String>) -> ExitCode {
     let Some(mut config) = load(path) else {
         return ExitCode::FAILURE;
@@ -174,7 +198,7 @@ async fn run(path: &Path, listen: Option<String>) -> ExitCode {
 }
 
 async fn serve(config: Config) -> ExitCode {
-    let gateway = match switchyard::app::build(&config) {
+    let gateway = match switchyard::app::build(&config).await {
         Ok(g) => g,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the gateway");

@@ -11,7 +11,7 @@ use crate::config::{Limits, PrefixMode, TenantConfig};
 use crate::policy::ToolPolicies;
 use crate::router::CursorKey;
 use crate::session::{LiveSession, SessionId};
-use crate::upstream::{Naming, Upstream};
+use crate::upstream::{Ending, Naming, Upstream};
 
 /// The live sessions of a tenant on this replica.
 #[derive(Default)]
@@ -26,6 +26,14 @@ impl SessionDirectory {
 
     pub fn insert(&self, session: Arc<LiveSession>) {
         self.sessions.insert(session.key.id.clone(), session);
+    }
+
+    /// Inserts `session` unless one with its id is there already; returns the one kept.
+    pub fn insert_or_get(&self, session: Arc<LiveSession>) -> Arc<LiveSession> {
+        self.sessions
+            .entry(session.key.id.clone())
+            .or_insert(session)
+            .clone()
     }
 
     pub fn remove(&self, id: &SessionId) -> Option<Arc<LiveSession>> {
@@ -128,10 +136,11 @@ impl Tenant {
         Some((upstream, rest))
     }
 
-    /// Closes every live session and stops shared processes.
-    pub async fn shutdown(&self) {
+    /// Closes every live session (`ending` says whether they end or live on in the shared
+    /// store) and stops shared processes.
+    pub async fn shutdown(&self, ending: Ending) {
         let sessions = self.directory.all();
-        futures_util::future::join_all(sessions.iter().map(|s| s.close())).await;
+        futures_util::future::join_all(sessions.iter().map(|s| s.close_as(ending))).await;
         futures_util::future::join_all(self.upstreams.iter().map(|u| u.shutdown())).await;
     }
 }

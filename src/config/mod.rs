@@ -109,8 +109,21 @@ pub struct SessionConfig {
 /// Where session records live.
 #[derive(Debug, Clone)]
 pub enum StoreConfig {
-    /// In-process store, the zero-setup default.
+    /// In-process store, the zero-setup default (one replica).
     Memory,
+    /// Redis, shared by every replica.
+    Redis(RedisConfig),
+}
+
+/// A Redis server (standalone; see the README for Sentinel and Cluster).
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// `redis://[user:password@]host:port[/db]`, `rediss://` for TLS. May hold a password.
+    pub url: Secret,
+    /// First component of every key (default `sy`), so several gateways can share a Redis.
+    pub prefix: String,
+    /// Bound on every Redis operation (default 2s); beyond it the store counts as unavailable.
+    pub timeout: Duration,
 }
 
 /// One tenant: one MCP endpoint in front of its upstreams.
@@ -261,6 +274,8 @@ pub struct StdioConfig {
     /// Working directory (default: the gateway's).
     pub cwd: Option<PathBuf>,
     pub sharing: StdioSharing,
+    /// Processes of a `shared` upstream (default 1); sessions are spread over them.
+    pub pool_size: usize,
     pub restart: RestartPolicy,
 }
 

@@ -38,11 +38,21 @@ pub struct RawSessions {
     pub store: Field<RawStore>,
 }
 
-/// `store: memory`; backends with settings will be single-key mappings (`redis: {url: ...}`).
+/// `store: memory`, or the single-key mapping `store: {redis: {url: ...}}`.
 #[derive(Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[allow(clippy::large_enum_variant)] // parsed once per config load
 pub enum RawStore {
     Memory,
+    Redis(RawRedis),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRedis {
+    pub url: Field<String>,
+    pub prefix: Field<String>,
+    pub timeout: Field<Dur>,
 }
 
 #[derive(Deserialize)]
@@ -112,6 +122,7 @@ pub struct RawStdio {
     pub inherit_env: Field<Vec<Sp<String>>>,
     pub cwd: Field<String>,
     pub sharing: Field<RawSharing>,
+    pub pool_size: Field<u64>,
     pub restart: Field<RawRestart>,
 }
 

@@ -61,7 +61,7 @@ fn golden_every_error_at_once() {
     assert_eq!(
         errors(GOLDEN),
         vec![
-            "test.yaml:7:11: tenants[0].upstreams[0].stdio: unknown field `comand`, did you mean `command`? expected one of: command, args, env, inherit_env, cwd, sharing, restart",
+            "test.yaml:7:11: tenants[0].upstreams[0].stdio: unknown field `comand`, did you mean `command`? expected one of: command, args, env, inherit_env, cwd, sharing, pool_size, restart",
             "test.yaml:12:18: tenants[0].upstreams[1].timeout: duration needs a unit, e.g. 30s",
             "test.yaml:15:16: tenants[0].upstreams[2].http.url: the URL scheme must be http or https, not \"ftp\"",
             "test.yaml:17:28: tenants[0].upstreams[2].http.headers.Authorization: environment variable SEARCH_TOKEN is not set (use ${SEARCH_TOKEN:-default} for a default)",
@@ -317,7 +317,7 @@ fn sizes_and_durations() {
         )),
         vec![
             "test.yaml:1:17: sessions.ttl: duration needs a unit, e.g. 30s",
-            "test.yaml:1:30: sessions.store: unknown value `redis`, expected one of: memory",
+            "test.yaml:1:30: sessions.store: `redis` needs settings: write it as `redis: {...}`",
         ]
     );
     assert_eq!(
@@ -410,4 +410,54 @@ fn reserved_and_malformed_paths() {
     assert!(errors(&tenant("/a/../b"))[0].contains("'..' segments"));
     assert!(errors(&tenant("mcp"))[0].contains("must start with '/'"));
     assert!(ok(&tenant("/t/acme/metrics")).tenants[0].path == "/t/acme/metrics");
+}
+
+#[test]
+fn redis_store_and_stdio_pools() {
+    let config = ok(&format!(
+        "sessions: {{store: {{redis: {{url: \"redis://:pw@127.0.0.1:6390/2\", prefix: gw1, timeout: 750ms}}}}}}\n{MINIMAL}"
+    ));
+    let StoreConfig::Redis(r) = &config.sessions.store else {
+        panic!("expected the Redis store");
+    };
+    assert_eq!(r.url.expose(), "redis://:pw@127.0.0.1:6390/2");
+    assert_eq!(r.prefix, "gw1");
+    assert_eq!(r.timeout, Duration::from_millis(750));
+    // The password never shows in debug output.
+    assert!(!format!("{r:?}").contains("pw@"), "{r:?}");
+
+    let config = ok(&format!(
+        "sessions: {{store: {{redis: {{url: \"rediss://cache.internal:6380\"}}}}}}\n{MINIMAL}"
+    ));
+    let StoreConfig::Redis(r) = &config.sessions.store else {
+        panic!("expected the Redis store");
+    };
+    assert_eq!(
+        (r.prefix.as_str(), r.timeout),
+        ("sy", Duration::from_secs(2))
+    );
+
+    let config = ok(&with_upstream(
+        "{name: a, stdio: {command: x, sharing: shared, pool_size: 4}}",
+    ));
+    let UpstreamTransport::Stdio(s) = &config.tenants[0].upstreams[0].transport else {
+        panic!("stdio expected");
+    };
+    assert_eq!(s.pool_size, 4);
+    assert_eq!(
+        errors(&with_upstream(
+            "{name: a, stdio: {command: x, sharing: per-session, pool_size: 2}}"
+        )),
+        vec![
+            "test.yaml:4:72: tenants[0].upstreams[0].stdio.pool_size: `pool_size` applies to `sharing: shared` only (per-session upstreams have one process per session)"
+        ]
+    );
+    assert_eq!(
+        errors(&with_upstream(
+            "{name: a, stdio: {command: x, pool_size: 0}}"
+        )),
+        vec![
+            "test.yaml:4:50: tenants[0].upstreams[0].stdio.pool_size: `pool_size` must be from 1 to 64, got 0"
+        ]
+    );
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::error::ConfigError;
 use super::raw::{
-    Dur, Field, RawConfig, RawFailurePolicy, RawLimits, RawPrefixMode, RawSessions, RawStore,
-    RawTenant, Size,
+    Dur, Field, RawConfig, RawFailurePolicy, RawLimits, RawPrefixMode, RawRedis, RawSessions,
+    RawStore, RawTenant, Size,
 };
 use super::rules;
 use super::spanned::{Loc, Sp};
@@ -16,8 +16,8 @@ use super::subst::HIDDEN_VALUE;
 use super::units::{format_duration, format_size};
 use super::validate_security::TenantPath;
 use super::{
-    Config, FailurePolicy, Limits, PrefixConfig, PrefixMode, ServerIdentity, SessionConfig,
-    StoreConfig, TenantConfig,
+    Config, FailurePolicy, Limits, PrefixConfig, PrefixMode, RedisConfig, Secret, ServerIdentity,
+    SessionConfig, StoreConfig, TenantConfig,
 };
 
 pub(super) const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -25,6 +25,8 @@ const DEFAULT_MAX_BODY: u64 = 4 << 20;
 const DEFAULT_MAX_UPSTREAM_MESSAGE: u64 = 16 << 20;
 const MIN_SIZE: u64 = 1 << 10;
 const DEFAULT_TTL: Duration = Duration::from_secs(30 * 60);
+const DEFAULT_REDIS_PREFIX: &str = "sy";
+const DEFAULT_REDIS_TIMEOUT: Duration = Duration::from_secs(2);
 const DEFAULT_SEPARATOR: &str = "__";
 const DEFAULT_SERVER_NAME: &str = "switchyard";
 
@@ -221,11 +223,63 @@ fn sessions(checker: &mut Checker<'_>, field: &Field<RawSessions>) -> Option<Ses
     );
     let store = match raw.and_then(|r| r.store.as_ref()) {
         None => Some(StoreConfig::Memory),
-        Some(sp) => sp.get().map(|RawStore::Memory| StoreConfig::Memory),
+        Some(sp) => match sp.get()? {
+            RawStore::Memory => Some(StoreConfig::Memory),
+            RawStore::Redis(r) => redis_store(checker, &sp.loc, r).map(StoreConfig::Redis),
+        },
     };
     Some(SessionConfig {
         ttl: ttl?,
         store: store?,
+    })
+}
+
+/// `store: {redis: {url, prefix, timeout}}`. The URL may hold a password: never shown.
+fn redis_store(checker: &mut Checker<'_>, parent: &Loc, raw: &RawRedis) -> Option<RedisConfig> {
+    let url = match &raw.url {
+        None => {
+            checker.missing(parent, "url");
+            None
+        }
+        Some(sp) => sp.get().and_then(|url| {
+            let scheme_ok = url.starts_with("redis://") || url.starts_with("rediss://");
+            if !scheme_ok || url.len() <= "rediss://".len() {
+                checker.error(
+                    &sp.loc,
+                    "the Redis URL must look like redis://[user:password@]host:port[/db] (rediss:// for TLS)",
+                );
+                return None;
+            }
+            Some(Secret::new(url.clone()))
+        }),
+    };
+    let prefix = match &raw.prefix {
+        None => Some(DEFAULT_REDIS_PREFIX.to_owned()),
+        Some(sp) => sp.get().and_then(|p| {
+            let ok = !p.is_empty()
+                && p.len() <= 32
+                && p.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+            if ok {
+                Some(p.clone())
+            } else {
+                checker.error(
+                    &sp.loc,
+                    format!("invalid key prefix {}: 1 to 32 characters of A-Z, a-z, 0-9, '-', '_' and '.'", shown(sp)),
+                );
+                None
+            }
+        }),
+    };
+    let timeout = checker.duration(
+        &raw.timeout,
+        DEFAULT_REDIS_TIMEOUT,
+        Duration::from_millis(1),
+        "timeout",
+    );
+    Some(RedisConfig {
+        url: url?,
+        prefix: prefix?,
+        timeout: timeout?,
     })
 }
 

@@ -203,6 +203,23 @@ fn stdio(checker: &mut Checker<'_>, sp: &Sp<RawStdio>) -> Option<StdioConfig> {
             RawSharing::PerSession => StdioSharing::PerSession,
         }),
     };
+    let pool_size = match (&raw.pool_size, sharing) {
+        (None, _) => Some(1),
+        (Some(sp), Some(StdioSharing::PerSession)) => {
+            checker.error(&sp.loc, "`pool_size` applies to `sharing: shared` only (per-session upstreams have one process per session)");
+            None
+        }
+        (Some(sp), _) => sp.get().and_then(|n| match usize::try_from(*n) {
+            Ok(n @ 1..=64) => Some(n),
+            _ => {
+                checker.error(
+                    &sp.loc,
+                    format!("`pool_size` must be from 1 to 64, got {n}"),
+                );
+                None
+            }
+        }),
+    };
     let restart = restart(checker, &raw.restart);
     Some(StdioConfig {
         command: command?,
@@ -211,6 +228,7 @@ fn stdio(checker: &mut Checker<'_>, sp: &Sp<RawStdio>) -> Option<StdioConfig> {
         inherit_env: inherit_env?,
         cwd: cwd?,
         sharing: sharing?,
+        pool_size: pool_size?,
         restart: restart?,
     })
 }

@@ -90,8 +90,8 @@ async fn post(
         return Ok(e.into_response(request_id));
     }
     let session = session_of(gateway, tenant, parts, user).await?;
-    match message {
-        Message::Request(req) => Ok(
+    let response = match message {
+        Message::Request(req) => {
             match router::handle_request(tenant, &session, principal, &req).await {
                 Ok(Reply::Json(body)) => json(body),
                 Ok(Reply::Stream(stream)) => respond_stream(stream, req.id).await,
@@ -108,17 +108,20 @@ async fn post(
                     .into_response(Some(req.id))
                 }
                 Err(e) => e.into_response(Some(req.id)),
-            },
-        ),
+            }
+        }
         Message::Notification(n) => {
-            router::handle_notification(tenant, &session, &n).await;
-            Ok(accepted())
+            router::handle_notification(tenant, &session, &n, &bytes).await;
+            accepted()
         }
         Message::Response(r) => {
-            router::handle_response(&session, &r).await;
-            Ok(accepted())
+            router::handle_response(&session, &r, &bytes).await;
+            accepted()
         }
-    }
+    };
+    // Another replica may serve the next request: what changed must be in the store.
+    gateway.persist(&session).await;
+    Ok(response)
 }
 
 fn parse_error(e: ParseError) -> GatewayError {
@@ -177,16 +180,60 @@ async fn get(
     headers::protocol_version(&parts.headers)?;
     let session = session_of(gateway, tenant, parts, &principal.user).await?;
     let rx = session.open_get_stream();
+    // Messages produced on other replicas are sent to the replica that holds the stream.
+    if let Err(e) = gateway.bus.claim_get_stream(&session.key).await {
+        tracing::warn!(error = %e, "GET stream not announced to the other replicas");
+    }
     // The client now listens for unsolicited messages: so do the session's upstreams.
     for upstream in tenant.upstreams.iter() {
         if let Some(conn) = session.link(upstream.info.index) {
             conn.listen();
         }
     }
+    let claim = GetClaim {
+        bus: gateway.bus.clone(),
+        session: session.clone(),
+    };
     Ok(sse::response(Body::from_stream(get_events(
         rx,
         gateway.shutdown_signal(),
+        claim,
     ))))
+}
+
+/// This replica's claim on a session's GET stream: refreshed with the keep-alives, released
+/// when the stream ends (if still this replica's).
+struct GetClaim {
+    bus: Arc<crate::cluster::Bus>,
+    session: Arc<LiveSession>,
+}
+
+impl GetClaim {
+    fn refresh(&self) {
+        if !self.bus.is_clustered() {
+            return;
+        }
+        let (bus, key) = (self.bus.clone(), self.session.key.clone());
+        tokio::spawn(async move {
+            if let Err(e) = bus.claim_get_stream(&key).await {
+                tracing::debug!(error = %e, "GET stream claim not refreshed");
+            }
+        });
+    }
+}
+
+impl Drop for GetClaim {
+    fn drop(&mut self) {
+        if !self.bus.is_clustered() || self.session.has_get_stream() {
+            return;
+        }
+        let (bus, key) = (self.bus.clone(), self.session.key.clone());
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let _ = bus.release_get_stream(&key).await;
+            });
+        }
+    }
 }
 
 /// The GET stream: messages as they come, keep-alives when idle, ends at shutdown or when a
@@ -194,19 +241,24 @@ async fn get(
 fn get_events(
     rx: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
     shutdown: watch::Receiver<bool>,
+    claim: GetClaim,
 ) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> {
-    stream::unfold((rx, shutdown), |(mut rx, mut shutdown)| async move {
-        if *shutdown.borrow() {
-            return None;
-        }
-        tokio::select! {
-            msg = rx.recv() => msg.map(|m| (Ok(sse::event(&m)), (rx, shutdown))),
-            _ = tokio::time::sleep(KEEP_ALIVE_EVERY) => {
-                Some((Ok(Bytes::from_static(sse::KEEP_ALIVE)), (rx, shutdown)))
+    stream::unfold(
+        (rx, shutdown, claim),
+        |(mut rx, mut shutdown, claim)| async move {
+            if *shutdown.borrow() {
+                return None;
             }
-            _ = shutdown.changed() => None,
-        }
-    })
+            tokio::select! {
+                msg = rx.recv() => msg.map(|m| (Ok(sse::event(&m)), (rx, shutdown, claim))),
+                _ = tokio::time::sleep(KEEP_ALIVE_EVERY) => {
+                    claim.refresh();
+                    Some((Ok(Bytes::from_static(sse::KEEP_ALIVE)), (rx, shutdown, claim)))
+                }
+                _ = shutdown.changed() => None,
+            }
+        },
+    )
 }
 
 async fn delete(
@@ -216,7 +268,7 @@ async fn delete(
     parts: &Parts,
 ) -> Result<Response<Body>, GatewayError> {
     let session = session_of(gateway, tenant, parts, &principal.user).await?;
-    gateway.end_session(tenant, &session.key).await;
+    gateway.end_session(tenant, &session.key).await?;
     tracing::info!(tenant = %tenant.name, session = ?session.key.id, "session deleted by the client");
     let mut resp = Response::new(Body::empty());
     *resp.status_mut() = StatusCode::OK;

@@ -31,9 +31,25 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .on_response(DefaultOnResponse::new().level(Level::DEBUG));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readiness))
         .fallback(dispatch)
         .with_state(gateway)
         .layer(trace)
+}
+
+/// Readiness: 200 while the session store answers, else 503 (load balancers route around the
+/// replica until the store is back; liveness stays `/healthz`).
+async fn readiness(State(gateway): State<Arc<Gateway>>) -> Response<Body> {
+    match gateway.ready().await {
+        Ok(()) => plain(StatusCode::OK, "ready\n"),
+        Err(e) => {
+            tracing::warn!(error = %e, "not ready");
+            plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not ready: session store unavailable\n",
+            )
+        }
+    }
 }
 
 /// Finds the tenant whose endpoint (or protected-resource metadata) path matches, else 404.
@@ -74,8 +90,12 @@ fn protected_resource_metadata(tenant: &Tenant, parts: &Parts) -> Response<Body>
 }
 
 fn not_found(text: &'static str) -> Response<Body> {
+    plain(StatusCode::NOT_FOUND, text)
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
     let mut resp = Response::new(Body::from(text));
-    *resp.status_mut() = StatusCode::NOT_FOUND;
+    *resp.status_mut() = status;
     resp
 }
 
@@ -85,14 +105,14 @@ mod tests {
     use super::*;
     use tower::ServiceExt;
 
-    fn gateway() -> Arc<Gateway> {
+    async fn gateway() -> Arc<Gateway> {
         let config = crate::config::parse(
             "tenants:\n  - name: a\n    upstreams:\n      - {name: u, http: {url: \"http://127.0.0.1:9/mcp\"}}\n",
             "test.yaml",
             &|_| None,
         )
         .unwrap();
-        crate::app::build(&config).unwrap()
+        crate::app::build(&config).await.unwrap()
     }
 
     async fn call(method: &str, path: &str) -> (StatusCode, String) {
@@ -102,7 +122,7 @@ mod tests {
             .header("host", "127.0.0.1:8080")
             .body(Body::empty())
             .unwrap();
-        let resp = router(gateway()).oneshot(req).await.unwrap();
+        let resp = router(gateway().await).oneshot(req).await.unwrap();
         let status = resp.status();
         let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
             .await
@@ -115,6 +135,10 @@ mod tests {
         assert_eq!(
             call("GET", "/healthz").await,
             (StatusCode::OK, "ok\n".into())
+        );
+        assert_eq!(
+            call("GET", "/readyz").await,
+            (StatusCode::OK, "ready\n".into())
         );
         assert_eq!(call("GET", "/nowhere").await.0, StatusCode::NOT_FOUND);
         let (status, body) = call("PATCH", "/t/a/mcp").await;

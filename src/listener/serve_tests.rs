@@ -197,7 +197,7 @@ async fn app_serve_refuses_to_start_without_a_usable_certificate() {
         &|_| None,
     )
     .unwrap();
-    let gateway = crate::app::build(&config).unwrap();
+    let gateway = crate::app::build(&config).await.unwrap();
     let dir = Dir::new("refuse");
     let (cert, _, _, _) = leaf_and_ca("refuse");
     let tls = TlsConfig {

@@ -119,7 +119,7 @@ async fn page(
     let catalog = &upstream.info.catalog;
     let key = PageKey {
         kind,
-        fingerprint: if upstream.shared_connection().is_some() {
+        fingerprint: if upstream.is_shared() {
             0
         } else {
             session.capabilities_fingerprint

@@ -2,7 +2,6 @@
 //! (forwarding the client's capabilities), merges what they offer, and stores the session.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use serde::Deserialize;
@@ -14,7 +13,7 @@ use crate::error::GatewayError;
 use crate::gateway::Gateway;
 use crate::jsonrpc::{self, Request};
 use crate::protocol::{ProtocolVersion, capabilities};
-use crate::session::{LiveSession, SessionId, SessionKey, SessionRecord, SessionStore};
+use crate::session::{LiveSession, SessionId, SessionKey, SessionStore, StoreError};
 use crate::tenant::Tenant;
 
 #[derive(Deserialize)]
@@ -60,6 +59,7 @@ pub async fn initialize(
         client_caps.clone(),
         params.client_info.clone(),
         tenant.upstreams.len(),
+        gateway.bus.clone(),
     ));
 
     let connects = tenant.upstreams.iter().map(|u| ensure_link(&session, u));
@@ -114,23 +114,8 @@ pub async fn initialize(
         result.insert("instructions".into(), text.into());
     }
 
-    let record = SessionRecord {
-        protocol_version: version.as_str().to_owned(),
-        client_capabilities: client_caps,
-        client_info: params.client_info,
-        initialized: false,
-        upstream_sessions: tenant
-            .upstreams
-            .iter()
-            .filter_map(|u| {
-                let id = session.link(u.info.index)?.upstream_session_id()?;
-                Some((u.name().to_owned(), id))
-            })
-            .collect(),
-        created_at_ms: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64),
-    };
+    let record = session.record();
+    session.take_dirty();
     if let Err(e) = gateway
         .store
         .create(&key, &record, gateway.session_ttl)
@@ -138,7 +123,10 @@ pub async fn initialize(
     {
         tracing::error!(error = %e, "could not store a new session");
         session.close().await;
-        return Err(GatewayError::Internal);
+        return Err(match e {
+            StoreError::Unavailable(_) => GatewayError::StoreUnavailable,
+            StoreError::Corrupt(_) => GatewayError::Internal,
+        });
     }
     tenant.directory.insert(session.clone());
     tracing::info!(tenant = %tenant.name, session = ?key.id, protocol = %version, "session created");

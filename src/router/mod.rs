@@ -16,6 +16,7 @@ pub use cursor::CursorKey;
 pub use initialize::initialize;
 
 use crate::auth::Principal;
+use crate::cluster::{BusMessage, replica_of};
 use crate::error::GatewayError;
 use crate::jsonrpc::{self, Notification, RawObject, Request, Response};
 use crate::policy::Decision;
@@ -78,36 +79,49 @@ pub async fn handle_notification(
     tenant: &Arc<Tenant>,
     session: &Arc<LiveSession>,
     n: &Notification<'_>,
+    raw: &[u8],
 ) {
+    if !act_on_notification(tenant, session, n) {
+        forward_to_replica(session, n, raw).await;
+    }
+}
+
+/// Acts on a client notification with what this replica holds; `false` when what it concerns
+/// (a request in flight, a server-to-client request) may be on another replica.
+fn act_on_notification(
+    tenant: &Arc<Tenant>,
+    session: &Arc<LiveSession>,
+    n: &Notification<'_>,
+) -> bool {
     match Method::from_name(&n.method) {
         Method::NotificationsInitialized => session.mark_initialized(),
         Method::NotificationsCancelled => {
             let Some(params) = n.params.and_then(|p| RawObject::parse(p).ok()) else {
-                return;
+                return true;
             };
             let Some(request_id) = params.get("requestId") else {
-                return;
+                return true;
             };
             let reason = params.get_str("reason");
-            if let Some((conn, upstream_id)) = session.inflight(request_id.get()) {
-                conn.cancel(
-                    upstream_id,
-                    reason.as_deref().unwrap_or("cancelled by the client"),
-                );
-                session.end_inflight(request_id);
-            }
+            let Some((conn, upstream_id)) = session.inflight(request_id.get()) else {
+                return false;
+            };
+            conn.cancel(
+                upstream_id,
+                reason.as_deref().unwrap_or("cancelled by the client"),
+            );
+            session.end_inflight(request_id);
         }
         Method::NotificationsProgress => {
             // Progress the client reports on a request an upstream sent it.
             let Some(mut params) = n.params.and_then(|p| RawObject::parse(p).ok()) else {
-                return;
+                return true;
             };
             let Some(token) = params.get("progressToken").map(|t| t.get().to_owned()) else {
-                return;
+                return true;
             };
             let Some((conn, original)) = session.server_progress_route(&token) else {
-                tracing::debug!("client progress for a token the gateway never issued");
-                return;
+                return false;
             };
             params.set("progressToken", original);
             let params = params.to_raw();
@@ -129,6 +143,59 @@ pub async fn handle_notification(
             tracing::debug!(method = %n.method, "client notification not relayed (no single owner)");
         }
     }
+    true
+}
+
+/// A cancellation or progress whose request is not on this replica: cancellations go to every
+/// replica (where a request runs is not recorded), progress to the replica named in its token.
+async fn forward_to_replica(session: &Arc<LiveSession>, n: &Notification<'_>, raw: &[u8]) {
+    if !session.bus.is_clustered() {
+        tracing::debug!(method = %n.method, "client notification for nothing in flight");
+        return;
+    }
+    let message = String::from_utf8_lossy(raw).into_owned();
+    let to = (&session.key).into();
+    let sent = match Method::from_name(&n.method) {
+        Method::NotificationsCancelled => {
+            session
+                .bus
+                .broadcast(&BusMessage::Cancel { to, message })
+                .await
+        }
+        Method::NotificationsProgress => {
+            let token = n
+                .params
+                .and_then(|p| RawObject::parse(p).ok())
+                .and_then(|p| p.get("progressToken").map(|t| t.get().to_owned()));
+            match token.as_deref().and_then(replica_of) {
+                Some(replica) if replica != &*session.bus.replica => {
+                    session
+                        .bus
+                        .send_to(replica, &BusMessage::Progress { to, message })
+                        .await
+                }
+                _ => Ok(()),
+            }
+        }
+        _ => Ok(()),
+    };
+    if let Err(e) = sent {
+        tracing::warn!(error = %e, "client notification not passed to the other replicas");
+    }
+}
+
+/// A client message another replica received for a session live here: acted on locally,
+/// never forwarded again.
+pub async fn handle_forwarded(tenant: &Arc<Tenant>, session: &Arc<LiveSession>, raw: &[u8]) {
+    match jsonrpc::parse(raw) {
+        Ok(jsonrpc::Message::Notification(n)) => {
+            act_on_notification(tenant, session, &n);
+        }
+        Ok(jsonrpc::Message::Response(r)) => {
+            answer_locally(session, &r).await;
+        }
+        _ => tracing::debug!("ignoring an unexpected message from another replica"),
+    }
 }
 
 fn relay_notification(conn: Arc<Connection>, method: &str, params: Option<&RawValue>) {
@@ -141,18 +208,37 @@ fn relay_notification(conn: Arc<Connection>, method: &str, params: Option<&RawVa
 }
 
 /// Routes the client's answer to a server-to-client request back to the upstream that asked.
-pub async fn handle_response(session: &Arc<LiveSession>, resp: &Response<'_>) {
-    let Some(route) = session.take_server_request(resp.id.get()) else {
-        tracing::debug!(
+pub async fn handle_response(session: &Arc<LiveSession>, resp: &Response<'_>, raw: &[u8]) {
+    if answer_locally(session, resp).await {
+        return;
+    }
+    // The request came from an upstream connection of another replica (named in its id).
+    match replica_of(resp.id.get()) {
+        Some(replica) if session.bus.is_clustered() && replica != &*session.bus.replica => {
+            let message = BusMessage::Answer {
+                to: (&session.key).into(),
+                message: String::from_utf8_lossy(raw).into_owned(),
+            };
+            if let Err(e) = session.bus.send_to(replica, &message).await {
+                tracing::warn!(error = %e, "client answer not passed to the replica that asked");
+            }
+        }
+        _ => tracing::debug!(
             id = resp.id.get(),
             "client answered a request the gateway no longer tracks"
-        );
-        return;
+        ),
+    }
+}
+
+/// Routes the client's answer to the upstream that asked, if it asked through this replica.
+async fn answer_locally(session: &Arc<LiveSession>, resp: &Response<'_>) -> bool {
+    let Some(route) = session.take_server_request(resp.id.get()) else {
+        return false;
     };
-    let Some(conn) = route.connection.upgrade() else {
-        return;
-    };
-    conn.respond(&route.upstream_id, resp.outcome).await;
+    if let Some(conn) = route.connection.upgrade() {
+        conn.respond(&route.upstream_id, resp.outcome).await;
+    }
+    true
 }
 
 /// The session's connection to `upstream`, opening it on first use.

@@ -41,6 +41,16 @@ impl SessionId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// A number derived from the id that is the same on every replica and build (FNV-1a), to
+    /// spread sessions over a pool evenly and consistently.
+    pub fn spread(&self) -> usize {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in self.0.bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        h as usize
+    }
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -55,6 +65,7 @@ impl fmt::Debug for SessionId {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -74,6 +85,18 @@ mod tests {
         assert!(SessionId::from_presented("tab\t").is_none());
         assert!(SessionId::from_presented(&"x".repeat(129)).is_none());
         assert!(SessionId::from_presented("ok-1.2_3~").is_some());
+    }
+
+    #[test]
+    fn spread_is_stable_and_uses_every_slot() {
+        let id = SessionId::from_presented("abc").unwrap();
+        // FNV-1a of "abc": fixed, so every replica pins a session to the same pool slot.
+        assert_eq!(id.spread() as u64, 0xe71f_a219_0541_574b);
+        let mut seen = [0usize; 4];
+        for _ in 0..400 {
+            seen[SessionId::generate().spread() % 4] += 1;
+        }
+        assert!(seen.iter().all(|&n| n > 50), "uneven spread: {seen:?}");
     }
 
     #[test]

@@ -12,10 +12,11 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
-use super::SessionKey;
+use super::{SessionKey, SessionRecord, UpstreamSessionRecord};
+use crate::cluster::{Bus, BusMessage};
 use crate::jsonrpc::{self, OwnedId, RawObject};
 use crate::protocol::ProtocolVersion;
-use crate::upstream::Connection;
+use crate::upstream::{Connection, Ending};
 
 /// `(token the client sees, the upstream's own progressToken)`.
 pub type ProgressMapping = (Box<str>, Box<RawValue>);
@@ -64,6 +65,14 @@ pub struct LiveSession {
     /// Last time the stored record's time-to-live was restarted (store writes are throttled).
     last_store_touch: Mutex<Instant>,
     closed: AtomicBool,
+    /// The record changed (initialized, a new upstream session) and must be written back.
+    dirty: AtomicBool,
+    /// Milliseconds since the Unix epoch, for the record.
+    created_at_ms: u64,
+    /// Upstream sessions another replica opened, to continue instead of starting new ones.
+    resumable: Mutex<std::collections::BTreeMap<String, UpstreamSessionRecord>>,
+    /// Reaches the other replicas (their GET streams, their server-to-client requests).
+    pub bus: Arc<Bus>,
 }
 
 impl LiveSession {
@@ -73,6 +82,7 @@ impl LiveSession {
         client_capabilities: Value,
         client_info: Value,
         upstreams: usize,
+        bus: Arc<Bus>,
     ) -> LiveSession {
         let capabilities_fingerprint = {
             use std::hash::{Hash, Hasher};
@@ -99,7 +109,80 @@ impl LiveSession {
             last_seen: Mutex::new(Instant::now()),
             last_store_touch: Mutex::new(Instant::now()),
             closed: AtomicBool::new(false),
+            dirty: AtomicBool::new(false),
+            created_at_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            resumable: Mutex::default(),
+            bus,
         }
+    }
+
+    /// The live state of a session created elsewhere (another replica, or before a restart).
+    pub fn from_record(
+        key: SessionKey,
+        record: SessionRecord,
+        upstreams: usize,
+        bus: Arc<Bus>,
+    ) -> LiveSession {
+        let version = ProtocolVersion::parse(&record.protocol_version)
+            .unwrap_or(ProtocolVersion::LATEST_HANDSHAKE);
+        let mut s = LiveSession::new(
+            key,
+            version,
+            record.client_capabilities,
+            record.client_info,
+            upstreams,
+            bus,
+        );
+        s.created_at_ms = record.created_at_ms;
+        s.initialized = AtomicBool::new(record.initialized);
+        s.resumable = Mutex::new(record.upstream_sessions);
+        s
+    }
+
+    /// The durable record of this session as it stands.
+    pub fn record(&self) -> SessionRecord {
+        let mut upstream_sessions = self.resumable.lock().map(|r| r.clone()).unwrap_or_default();
+        for slot in self.links.iter() {
+            let Some(conn) = slot.lock().ok().and_then(|s| s.conn.clone()) else {
+                continue;
+            };
+            if let (Some(id), Some(server)) = (conn.upstream_session_id(), conn.server()) {
+                upstream_sessions.insert(
+                    conn.upstream_name().to_owned(),
+                    UpstreamSessionRecord {
+                        id,
+                        protocol_version: server.protocol_version.as_str().to_owned(),
+                        capabilities: server.capabilities.clone(),
+                        server_info: server.server_info.clone(),
+                        instructions: server.instructions.clone(),
+                    },
+                );
+            }
+        }
+        SessionRecord {
+            protocol_version: self.protocol_version.as_str().to_owned(),
+            client_capabilities: self.client_capabilities.clone(),
+            client_info: self.client_info.clone(),
+            initialized: self.is_initialized(),
+            upstream_sessions,
+            created_at_ms: self.created_at_ms,
+        }
+    }
+
+    /// The upstream session to continue for `upstream`, if another replica opened one.
+    pub fn take_resumable(&self, upstream: &str) -> Option<UpstreamSessionRecord> {
+        self.resumable.lock().ok()?.remove(upstream)
+    }
+
+    pub fn mark_dirty(&self) {
+        self.dirty.store(true, Ordering::Release);
+    }
+
+    /// True once after the record changed: time to write it back.
+    pub fn take_dirty(&self) -> bool {
+        self.dirty.swap(false, Ordering::AcqRel)
     }
 
     pub fn is_initialized(&self) -> bool {
@@ -107,6 +190,13 @@ impl LiveSession {
     }
 
     pub fn mark_initialized(&self) {
+        if !self.initialized.swap(true, Ordering::AcqRel) {
+            self.mark_dirty();
+        }
+    }
+
+    /// Initialized elsewhere (the stored record says so): nothing to write back.
+    pub fn adopt_initialized(&self) {
         self.initialized.store(true, Ordering::Release);
     }
 
@@ -201,7 +291,8 @@ impl LiveSession {
     /// Records a request from an upstream and returns the id the client will see.
     pub fn register_server_request(&self, route: ServerRequestRoute) -> OwnedId {
         let n = self.next_server_request.fetch_add(1, Ordering::Relaxed);
-        let id = jsonrpc::raw_string(&format!("sy-{n}"));
+        // The replica is in the id: the client's answer may reach any replica.
+        let id = jsonrpc::raw_string(&format!("sy-{}-{n}", self.bus.replica));
         if let Ok(mut m) = self.server_requests.lock() {
             m.insert(id.get().into(), route);
         }
@@ -221,7 +312,7 @@ impl LiveSession {
         let mut meta = RawObject::parse(obj.get("_meta")?).ok()?;
         let original = meta.get("progressToken")?.to_owned();
         let n = self.next_server_request.fetch_add(1, Ordering::Relaxed);
-        let token = jsonrpc::raw_string(&format!("sy-p{n}"));
+        let token = jsonrpc::raw_string(&format!("sy-p{}-{n}", self.bus.replica));
         meta.set("progressToken", token.clone());
         let meta = meta.to_raw();
         obj.set("_meta", meta);
@@ -281,8 +372,43 @@ impl LiveSession {
             .is_some_and(|g| g.as_ref().is_some_and(|tx| !tx.is_closed()))
     }
 
-    /// Sends an unsolicited message on the GET stream; `false` when there is none.
+    /// Sends an unsolicited message on the GET stream: this replica's, else (clustered) the
+    /// one of the replica holding it. `false` when there is surely none.
     pub fn deliver_unsolicited(&self, bytes: Bytes) -> bool {
+        self.deliver_or(bytes, || {})
+    }
+
+    /// Like [`LiveSession::deliver_unsolicited`]; `undeliverable` runs if no replica turns out
+    /// to hold a GET stream (after the lookup, for remote delivery).
+    pub fn deliver_or(&self, bytes: Bytes, undeliverable: impl FnOnce() + Send + 'static) -> bool {
+        if self.deliver_local(bytes.clone()) {
+            return true;
+        }
+        if !self.bus.is_clustered() {
+            return false;
+        }
+        let (bus, key) = (self.bus.clone(), self.key.clone());
+        tokio::spawn(async move {
+            let holder = bus.get_stream_holder(&key).await.ok().flatten();
+            match holder {
+                Some(replica) if replica != *bus.replica => {
+                    let message = BusMessage::Deliver {
+                        to: (&key).into(),
+                        message: String::from_utf8_lossy(&bytes).into_owned(),
+                    };
+                    if let Err(e) = bus.send_to(&replica, &message).await {
+                        tracing::warn!(error = %e, "message for another replica's stream not sent");
+                        undeliverable();
+                    }
+                }
+                _ => undeliverable(),
+            }
+        });
+        true
+    }
+
+    /// Sends on this replica's GET stream; `false` when it holds none.
+    pub fn deliver_local(&self, bytes: Bytes) -> bool {
         let Ok(mut g) = self.get_stream.lock() else {
             return false;
         };
@@ -298,8 +424,14 @@ impl LiveSession {
 
     // ---- End of life
 
-    /// Closes the connections the session owns and ends its GET stream. Idempotent.
+    /// Ends the session here and its upstream sessions everywhere.
     pub async fn close(&self) {
+        self.close_as(Ending::End).await;
+    }
+
+    /// Closes the connections the session owns and ends its GET stream (upstream sessions end
+    /// or stay, see `Ending`). Idempotent.
+    pub async fn close_as(&self, ending: Ending) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -344,7 +476,7 @@ impl LiveSession {
             // Shared connections outlive the session: stop its requests there explicitly.
             conn.cancel(id, "the client session ended");
         }
-        futures_util::future::join_all(owned.iter().map(|c| c.close())).await;
+        futures_util::future::join_all(owned.iter().map(|c| c.close_as(ending))).await;
     }
 }
 
@@ -366,6 +498,7 @@ mod tests {
             serde_json::json!({}),
             serde_json::json!({}),
             1,
+            Arc::new(Bus::local()),
         )
     }
 

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 
-use super::{SessionKey, SessionRecord, SessionStore, StoreError};
+use super::{SessionId, SessionKey, SessionRecord, SessionStore, StoreError};
 
 struct Entry {
     record: SessionRecord,
@@ -16,6 +16,8 @@ struct Entry {
 #[derive(Default)]
 pub struct MemorySessionStore {
     entries: DashMap<SessionKey, Entry>,
+    /// Session id → its key, to report ids presented by someone else.
+    owners: DashMap<SessionId, SessionKey>,
 }
 
 impl MemorySessionStore {
@@ -28,6 +30,7 @@ impl MemorySessionStore {
         let now = Instant::now();
         let before = self.entries.len();
         self.entries.retain(|_, e| e.expires_at > now);
+        self.owners.retain(|_, k| self.entries.contains_key(k));
         before.saturating_sub(self.entries.len())
     }
 
@@ -54,6 +57,7 @@ impl SessionStore for MemorySessionStore {
                 expires_at: Instant::now() + ttl,
             },
         );
+        self.owners.insert(key.id.clone(), key.clone());
         Ok(())
     }
 
@@ -104,7 +108,23 @@ impl SessionStore for MemorySessionStore {
     }
 
     async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError> {
+        self.owners.remove_if(&key.id, |_, k| k == key);
         Ok(self.entries.remove(key).is_some())
+    }
+
+    async fn owner_of(&self, id: &SessionId) -> Result<Option<(String, String)>, StoreError> {
+        let Some(key) = self.owners.get(id).map(|k| k.clone()) else {
+            return Ok(None);
+        };
+        let live = self
+            .entries
+            .get(&key)
+            .is_some_and(|e| e.expires_at > Instant::now());
+        Ok(live.then(|| (key.tenant.to_string(), key.user.to_string())))
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
     }
 }
 
@@ -112,7 +132,6 @@ impl SessionStore for MemorySessionStore {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::session::SessionId;
     use serde_json::json;
 
     fn key(user: &str) -> SessionKey {

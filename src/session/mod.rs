@@ -9,5 +9,5 @@ mod store;
 
 pub use id::SessionId;
 pub use live::{LiveSession, ServerRequestRoute};
-pub use record::SessionRecord;
+pub use record::{SessionRecord, UpstreamSessionRecord};
 pub use store::{SessionBackend, SessionKey, SessionStore, StoreError};

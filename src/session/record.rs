@@ -17,9 +17,23 @@ pub struct SessionRecord {
     pub client_info: Value,
     /// Set by `notifications/initialized`; requests other than ping wait for it.
     pub initialized: bool,
-    /// Upstream session ids of HTTP upstreams, by upstream name, so another replica can reuse them.
+    /// Upstream sessions of HTTP upstreams, by upstream name, so another replica can reuse them.
     #[serde(default)]
-    pub upstream_sessions: BTreeMap<String, String>,
+    pub upstream_sessions: BTreeMap<String, UpstreamSessionRecord>,
     /// Milliseconds since the Unix epoch.
     pub created_at_ms: u64,
+}
+
+/// An upstream's Streamable HTTP session, as another replica needs it to continue it without a
+/// new handshake: its id and what the upstream said in `initialize`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpstreamSessionRecord {
+    pub id: String,
+    pub protocol_version: String,
+    #[serde(default)]
+    pub capabilities: Value,
+    #[serde(default)]
+    pub server_info: Value,
+    #[serde(default)]
+    pub instructions: Option<String>,
 }

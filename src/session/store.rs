@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::memory::MemorySessionStore;
 use super::{SessionId, SessionRecord};
+use crate::cluster::RedisSessionStore;
 
 /// Every stored session is found by tenant, user and id together: an id alone finds nothing,
 /// so a session id presented by another user or to another tenant is simply unknown.
@@ -66,12 +67,24 @@ pub trait SessionStore: Send + Sync {
 
     /// Removes the record; `false` when it did not exist.
     fn delete(&self, key: &SessionKey) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// The tenant and user a session id belongs to. Never used to find a session: only to
+    /// report, as a security event, an id presented by someone else.
+    fn owner_of(
+        &self,
+        id: &SessionId,
+    ) -> impl Future<Output = Result<Option<(String, String)>, StoreError>> + Send;
+
+    /// Whether the store answers (readiness).
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// The configured backend. An enum rather than a trait object: a closed set, no boxing on the
 /// request path.
+#[allow(clippy::large_enum_variant)] // one per gateway process
 pub enum SessionBackend {
     Memory(MemorySessionStore),
+    Redis(RedisSessionStore),
 }
 
 impl SessionStore for SessionBackend {
@@ -83,6 +96,7 @@ impl SessionStore for SessionBackend {
     ) -> Result<(), StoreError> {
         match self {
             SessionBackend::Memory(s) => s.create(key, record, ttl).await,
+            SessionBackend::Redis(s) => s.create(key, record, ttl).await,
         }
     }
 
@@ -93,6 +107,7 @@ impl SessionStore for SessionBackend {
     ) -> Result<Option<SessionRecord>, StoreError> {
         match self {
             SessionBackend::Memory(s) => s.load(key, ttl).await,
+            SessionBackend::Redis(s) => s.load(key, ttl).await,
         }
     }
 
@@ -104,18 +119,35 @@ impl SessionStore for SessionBackend {
     ) -> Result<bool, StoreError> {
         match self {
             SessionBackend::Memory(s) => s.update(key, record, ttl).await,
+            SessionBackend::Redis(s) => s.update(key, record, ttl).await,
         }
     }
 
     async fn touch(&self, key: &SessionKey, ttl: Duration) -> Result<bool, StoreError> {
         match self {
             SessionBackend::Memory(s) => s.touch(key, ttl).await,
+            SessionBackend::Redis(s) => s.touch(key, ttl).await,
         }
     }
 
     async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError> {
         match self {
             SessionBackend::Memory(s) => s.delete(key).await,
+            SessionBackend::Redis(s) => s.delete(key).await,
+        }
+    }
+
+    async fn owner_of(&self, id: &SessionId) -> Result<Option<(String, String)>, StoreError> {
+        match self {
+            SessionBackend::Memory(s) => s.owner_of(id).await,
+            SessionBackend::Redis(s) => s.owner_of(id).await,
+        }
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        match self {
+            SessionBackend::Memory(s) => s.ping().await,
+            SessionBackend::Redis(s) => s.ping().await,
         }
     }
 }

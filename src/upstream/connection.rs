@@ -30,6 +30,17 @@ pub enum Owner {
     Shared(Weak<crate::tenant::SessionDirectory>),
 }
 
+/// Why a session's live state on this replica goes away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The client session is over (DELETE, expiry with nobody else to serve it): upstream
+    /// sessions end too.
+    End,
+    /// Only this replica lets go (idle here, shutting down) while the stored session lives on:
+    /// upstream HTTP sessions stay open for whichever replica serves the next request.
+    Release,
+}
+
 /// The transport under a connection. A closed set.
 pub enum Link {
     Stdio(StdioLink),
@@ -163,6 +174,15 @@ impl Connection {
                     .map(|l| l.iter().filter_map(Weak::upgrade).collect())
             })
             .unwrap_or_default()
+    }
+
+    /// Tells the owning session its durable record changed (a new upstream session).
+    pub(crate) fn owner_changed(&self) {
+        if let Owner::Session(w) = &self.owner
+            && let Some(s) = w.upgrade()
+        {
+            s.mark_dirty();
+        }
     }
 
     /// What the upstream said in its last successful `initialize`.
@@ -353,9 +373,15 @@ impl Connection {
 
     /// Closes the link (process shutdown or upstream session DELETE) and fails what is pending.
     pub async fn close(&self) {
+        self.close_as(Ending::End).await;
+    }
+
+    /// Closes the connection; on `Ending::Release` an upstream HTTP session is left open for
+    /// another replica that continues the client session.
+    pub async fn close_as(&self, ending: Ending) {
         match &self.link {
             Link::Stdio(l) => l.close().await,
-            Link::Http(l) => l.close().await,
+            Link::Http(l) => l.close(ending == Ending::End).await,
         }
         self.fail_all(&GatewayError::UpstreamClosed {
             upstream: self.info.name.to_string(),
@@ -602,9 +628,24 @@ impl Connection {
         {
             return;
         }
-        if !session.deliver_unsolicited(out) {
+        const NO_STREAM: &str = "the client has no open stream to receive requests";
+        let (conn, weak, upstream_id, cid) = (
+            self.clone(),
+            Arc::downgrade(&session),
+            r.id.to_owned(),
+            client_id.get().to_owned(),
+        );
+        // Delivery may go to another replica's GET stream; if it turns out nobody holds one,
+        // the upstream gets a refusal instead of waiting forever.
+        let delivered = session.deliver_or(out, move || {
+            if let Some(s) = weak.upgrade() {
+                s.take_server_request(&cid);
+            }
+            conn.refuse_server_request(&upstream_id, NO_STREAM);
+        });
+        if !delivered {
             session.take_server_request(client_id.get());
-            self.refuse_server_request(r.id, "the client has no open stream to receive requests");
+            self.refuse_server_request(r.id, NO_STREAM);
         }
     }
 

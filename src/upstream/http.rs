@@ -15,7 +15,8 @@ use super::credentials::Credentials;
 use super::handshake;
 use super::sse::SseParser;
 use crate::error::GatewayError;
-use crate::protocol::header;
+use crate::protocol::{ProtocolVersion, header};
+use crate::session::UpstreamSessionRecord;
 
 /// The `Accept` header of every POST, as the transport requires.
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
@@ -81,6 +82,30 @@ impl HttpLink {
         let server = handshake::initialize(conn, &params, link.init_timeout).await?;
         link.set_protocol_version(server.protocol_version.as_str());
         conn.set_server(server);
+        link.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Continues an upstream session another replica opened: its id and what the upstream
+    /// said in `initialize`, without a new handshake. If the upstream has forgotten it, the
+    /// first request re-initializes as for any expired session.
+    pub fn resume(conn: &Arc<Connection>, record: &UpstreamSessionRecord) -> Result<(), ()> {
+        let link = http_link(conn);
+        let version = ProtocolVersion::parse(&record.protocol_version)
+            .filter(|v| v.is_handshake_era())
+            .ok_or(())?;
+        let mut id = HeaderValue::from_str(&record.id).map_err(|_| ())?;
+        id.set_sensitive(true);
+        if let Ok(mut s) = link.session_id.lock() {
+            *s = Some(id);
+        }
+        link.set_protocol_version(version.as_str());
+        conn.set_server(handshake::UpstreamServer {
+            protocol_version: version,
+            capabilities: record.capabilities.clone(),
+            server_info: record.server_info.clone(),
+            instructions: record.instructions.clone(),
+        });
         link.generation.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
@@ -277,6 +302,7 @@ impl HttpLink {
             *p = None;
         }
         Self::open(conn).await?;
+        conn.owner_changed();
         // A new upstream session (often a restarted server) may offer different lists.
         conn.info.catalog.invalidate_all();
         if self.listening.load(Ordering::Acquire) {
@@ -302,15 +328,17 @@ impl HttpLink {
         }
     }
 
-    /// Stops listening and ends the upstream session with DELETE (best effort, bounded).
-    pub async fn close(&self) {
+    /// Stops listening and, when the client session is over (`end`), ends the upstream
+    /// session with DELETE (best effort, bounded). Without `end` the upstream session stays
+    /// for another replica to continue.
+    pub async fn close(&self, end: bool) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
         if let Some(task) = self.listener.lock().ok().and_then(|mut l| l.take()) {
             task.abort();
         }
-        if self.session_id().is_none() {
+        if !end || self.session_id().is_none() {
             return;
         }
         let headers = match self.base_headers(ACCEPT_BOTH).await {

@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use catalog::{Catalog, Page, PageKey};
-pub use connection::{Connection, InternalReply, Link, Owner};
+pub use connection::{Connection, Ending, InternalReply, Link, Owner};
 pub use handshake::{InitParams, UpstreamServer, error_message};
 pub use stdio::LinkState;
 pub use stream::{ForwardStream, StreamItem};
@@ -77,8 +77,9 @@ pub struct Upstream {
 
 enum UpstreamKind {
     Stdio {
-        /// The one process of a `shared` upstream; `None` for `per-session`.
-        shared: Option<Arc<Connection>>,
+        /// The processes of a `shared` upstream (`pool_size` of them; each session is pinned
+        /// to one by its id); empty for `per-session`.
+        pool: Box<[Arc<Connection>]>,
     },
     Http {
         client: reqwest::Client,
@@ -111,16 +112,23 @@ impl Upstream {
         });
         let kind = match &config.transport {
             UpstreamTransport::Stdio(s) if s.sharing == StdioSharing::Shared => {
-                let conn = Arc::new(Connection::new(
-                    info.clone(),
-                    InitParams::gateway_default(),
-                    Owner::Shared(directory),
-                    Link::Stdio(StdioLink::new(s.clone())),
-                ));
-                start_stdio(&conn);
-                UpstreamKind::Stdio { shared: Some(conn) }
+                let pool = (0..s.pool_size.max(1))
+                    .map(|_| {
+                        let conn = Arc::new(Connection::new(
+                            info.clone(),
+                            InitParams::gateway_default(),
+                            Owner::Shared(directory.clone()),
+                            Link::Stdio(StdioLink::new(s.clone())),
+                        ));
+                        start_stdio(&conn);
+                        conn
+                    })
+                    .collect();
+                UpstreamKind::Stdio { pool }
             }
-            UpstreamTransport::Stdio(_) => UpstreamKind::Stdio { shared: None },
+            UpstreamTransport::Stdio(_) => UpstreamKind::Stdio {
+                pool: Box::default(),
+            },
             UpstreamTransport::Http(h) => {
                 let url = reqwest::Url::parse(&h.url).map_err(|e| format!("invalid URL: {e}"))?;
                 let client = reqwest::Client::builder()
@@ -164,12 +172,27 @@ impl Upstream {
         }
     }
 
-    /// The shared connection, if this upstream has one.
-    pub fn shared_connection(&self) -> Option<&Arc<Connection>> {
+    /// Whether sessions share this upstream's connections (a `shared` stdio pool).
+    pub fn is_shared(&self) -> bool {
+        !self.pool().is_empty()
+    }
+
+    /// The shared processes (empty unless `sharing: shared`).
+    pub fn pool(&self) -> &[Arc<Connection>] {
         match &self.kind {
-            UpstreamKind::Stdio { shared } => shared.as_ref(),
-            UpstreamKind::Http { .. } => None,
+            UpstreamKind::Stdio { pool } => pool,
+            UpstreamKind::Http { .. } => &[],
         }
+    }
+
+    /// The pooled connection a session is pinned to: chosen by its id, so every replica
+    /// agrees and one session's requests keep one upstream process.
+    fn pooled_for(&self, session: &LiveSession) -> Option<&Arc<Connection>> {
+        let pool = self.pool();
+        if pool.is_empty() {
+            return None;
+        }
+        Some(&pool[session.key.id.spread() % pool.len()])
     }
 
     /// A ready connection for `session`: the shared one, or a new dedicated one (a child
@@ -186,11 +209,12 @@ impl Upstream {
         };
         let owner = Owner::Session(Arc::downgrade(session));
         match &self.kind {
-            UpstreamKind::Stdio { shared: Some(conn) } => {
+            UpstreamKind::Stdio { pool } if !pool.is_empty() => {
+                let conn = self.pooled_for(session).ok_or(GatewayError::Internal)?;
                 conn.ready(self.info.init_timeout).await?;
                 Ok((conn.clone(), false))
             }
-            UpstreamKind::Stdio { shared: None } => {
+            UpstreamKind::Stdio { .. } => {
                 let UpstreamTransport::Stdio(cfg) = &self.config.transport else {
                     return Err(GatewayError::Internal);
                 };
@@ -225,20 +249,24 @@ impl Upstream {
                         self.info.max_message,
                     )),
                 ));
-                if let Err(e) = HttpLink::open(&conn).await {
-                    conn.close().await;
-                    return Err(e);
+                let resumed = session
+                    .take_resumable(&self.info.name)
+                    .is_some_and(|r| HttpLink::resume(&conn, &r).is_ok());
+                if !resumed {
+                    if let Err(e) = HttpLink::open(&conn).await {
+                        conn.close().await;
+                        return Err(e);
+                    }
+                    session.mark_dirty();
                 }
                 Ok((conn, true))
             }
         }
     }
 
-    /// Stops the shared process, if any.
+    /// Stops the shared processes, if any.
     pub async fn shutdown(&self) {
-        if let Some(conn) = self.shared_connection() {
-            conn.close().await;
-        }
+        futures_util::future::join_all(self.pool().iter().map(|c| c.close())).await;
     }
 }
 

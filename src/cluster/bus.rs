@@ -1,0 +1,287 @@
+//! The message bus between replicas (Redis pub/sub). Each replica listens on its own channel and
+//! on the broadcast channel: a server-initiated message goes to the replica holding the
+//! client's GET stream; the client's answer to a server-to-client request goes to the replica
+//! named in the request id; cancellations and session ends are broadcast. With the in-memory
+//! store there is one replica and the bus carries nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use rand::TryRng;
+use serde::{Deserialize, Serialize};
+
+use super::Redis;
+use crate::session::{SessionKey, StoreError};
+
+/// How long a GET-stream claim lives unless refreshed (refreshed with every keep-alive).
+pub const GET_CLAIM_TTL: Duration = Duration::from_secs(60);
+
+/// One message between replicas. `message` is a complete JSON-RPC message, as text.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum BusMessage {
+    /// For the client's GET stream (held by the receiving replica).
+    Deliver { to: Target, message: String },
+    /// The client's answer to a server-to-client request of the receiving replica.
+    Answer { to: Target, message: String },
+    /// The client's progress on such a request.
+    Progress { to: Target, message: String },
+    /// The client cancelled a request that may run on any replica.
+    Cancel { to: Target, message: String },
+    /// The session ended (DELETE) on some replica: drop its live state everywhere.
+    Ended { to: Target },
+}
+
+/// The session a bus message concerns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Target {
+    pub tenant: String,
+    pub user: String,
+    pub session: String,
+}
+
+impl From<&SessionKey> for Target {
+    fn from(k: &SessionKey) -> Target {
+        Target {
+            tenant: k.tenant.to_string(),
+            user: k.user.to_string(),
+            session: k.id.as_str().to_owned(),
+        }
+    }
+}
+
+impl BusMessage {
+    pub fn target(&self) -> &Target {
+        match self {
+            BusMessage::Deliver { to, .. }
+            | BusMessage::Answer { to, .. }
+            | BusMessage::Progress { to, .. }
+            | BusMessage::Cancel { to, .. }
+            | BusMessage::Ended { to } => to,
+        }
+    }
+}
+
+pub struct Bus {
+    /// This replica's id: random, short, safe in ids and channel names.
+    pub replica: Arc<str>,
+    redis: Option<Redis>,
+}
+
+impl Bus {
+    /// One replica, nothing to share.
+    pub fn local() -> Bus {
+        Bus {
+            replica: replica_id().into(),
+            redis: None,
+        }
+    }
+
+    pub fn redis(redis: Redis) -> Bus {
+        Bus {
+            replica: replica_id().into(),
+            redis: Some(redis),
+        }
+    }
+
+    /// Whether other replicas may hold this replica's sessions' streams.
+    pub fn is_clustered(&self) -> bool {
+        self.redis.is_some()
+    }
+
+    async fn publish(&self, channel: String, message: &BusMessage) -> Result<(), StoreError> {
+        let Some(redis) = &self.redis else {
+            return Ok(());
+        };
+        let payload =
+            serde_json::to_string(message).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let mut conn = redis.conn.clone();
+        redis
+            .run(async move {
+                redis::cmd("PUBLISH")
+                    .arg(&channel)
+                    .arg(payload)
+                    .query_async::<i64>(&mut conn)
+                    .await
+            })
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn send_to(&self, replica: &str, message: &BusMessage) -> Result<(), StoreError> {
+        let Some(redis) = &self.redis else {
+            return Ok(());
+        };
+        self.publish(redis.keys.replica_channel(replica), message)
+            .await
+    }
+
+    pub async fn broadcast(&self, message: &BusMessage) -> Result<(), StoreError> {
+        let Some(redis) = &self.redis else {
+            return Ok(());
+        };
+        self.publish(redis.keys.broadcast_channel(), message).await
+    }
+
+    /// Records that this replica holds the session's GET stream (also used as the refresh).
+    pub async fn claim_get_stream(&self, key: &SessionKey) -> Result<(), StoreError> {
+        let Some(redis) = &self.redis else {
+            return Ok(());
+        };
+        let (holder, replica) = (redis.keys.get_holder(key), self.replica.to_string());
+        let mut conn = redis.conn.clone();
+        redis
+            .run(async move {
+                redis::cmd("SET")
+                    .arg(&holder)
+                    .arg(replica)
+                    .arg("EX")
+                    .arg(GET_CLAIM_TTL.as_secs())
+                    .query_async::<()>(&mut conn)
+                    .await
+            })
+            .await
+    }
+
+    /// Drops the claim if it is still this replica's.
+    pub async fn release_get_stream(&self, key: &SessionKey) -> Result<(), StoreError> {
+        let Some(redis) = &self.redis else {
+            return Ok(());
+        };
+        let (holder, replica) = (redis.keys.get_holder(key), self.replica.to_string());
+        let mut conn = redis.conn.clone();
+        redis
+            .run(async move {
+                redis::Script::new(
+                    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+                )
+                .key(holder)
+                .arg(replica)
+                .invoke_async::<i64>(&mut conn)
+                .await
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// The replica holding the session's GET stream, if any.
+    pub async fn get_stream_holder(&self, key: &SessionKey) -> Result<Option<String>, StoreError> {
+        let Some(redis) = &self.redis else {
+            return Ok(None);
+        };
+        let holder = redis.keys.get_holder(key);
+        let mut conn = redis.conn.clone();
+        redis
+            .run(async move { redis::cmd("GET").arg(&holder).query_async(&mut conn).await })
+            .await
+    }
+
+    /// Listens on this replica's channel and the broadcast channel until the task is aborted,
+    /// reconnecting with backoff; every message is handed to `handle`.
+    pub fn spawn_listener(
+        self: &Arc<Self>,
+        handle: impl Fn(BusMessage) + Send + Sync + 'static,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let redis = self.redis.clone()?;
+        let channels = [
+            redis.keys.replica_channel(&self.replica),
+            redis.keys.broadcast_channel(),
+        ];
+        Some(tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(100);
+            loop {
+                match redis.client.get_async_pubsub().await {
+                    Ok(mut pubsub) => {
+                        let mut subscribed = true;
+                        for c in &channels {
+                            if let Err(e) = pubsub.subscribe(c.clone()).await {
+                                tracing::warn!(error = %super::describe(&e), "bus cannot subscribe; retrying");
+                                subscribed = false;
+                                break;
+                            }
+                        }
+                        if !subscribed {
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(Duration::from_secs(5));
+                            continue;
+                        }
+                        let mut first = true;
+                        let mut stream = pubsub.on_message();
+                        while let Some(msg) = stream.next().await {
+                            if first {
+                                backoff = Duration::from_millis(100);
+                                first = false;
+                            }
+                            let Ok(payload) = msg.get_payload::<String>() else {
+                                continue;
+                            };
+                            match serde_json::from_str::<BusMessage>(&payload) {
+                                Ok(m) => handle(m),
+                                Err(e) => {
+                                    tracing::warn!(error = %e, "ignoring a malformed bus message")
+                                }
+                            }
+                        }
+                        tracing::warn!("bus connection lost; reconnecting");
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %super::describe(&e), "bus cannot connect; retrying");
+                    }
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }))
+    }
+}
+
+/// 8 random hex digits.
+fn replica_id() -> String {
+    let mut b = [0u8; 4];
+    rand::rngs::SysRng
+        .try_fill_bytes(&mut b)
+        .expect("the operating system's random source is available");
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The replica named in an id the gateway gave out: `sy-<replica>-<n>` or `sy-p<replica>-<n>`
+/// (as raw JSON text, quotes included).
+pub fn replica_of(raw_id: &str) -> Option<&str> {
+    let s = raw_id.strip_prefix("\"sy-")?.strip_suffix('"')?;
+    let s = s.strip_prefix('p').unwrap_or(s);
+    let (replica, n) = s.split_once('-')?;
+    (replica.len() == 8 && n.bytes().all(|b| b.is_ascii_digit())).then_some(replica)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replica_ids_round_trip_through_gateway_ids() {
+        let r = replica_id();
+        assert_eq!(r.len(), 8);
+        assert_eq!(replica_of(&format!("\"sy-{r}-12\"")), Some(r.as_str()));
+        assert_eq!(replica_of(&format!("\"sy-p{r}-3\"")), Some(r.as_str()));
+        assert_eq!(replica_of("\"sy-12\""), None);
+        assert_eq!(replica_of("17"), None);
+        assert_eq!(replica_of("\"client-id\""), None);
+    }
+
+    #[test]
+    fn messages_serialize_with_a_tag() {
+        let m = BusMessage::Ended {
+            to: Target {
+                tenant: "t".into(),
+                user: "u".into(),
+                session: "s".into(),
+            },
+        };
+        let text = serde_json::to_string(&m).unwrap_or_default();
+        assert_eq!(
+            text,
+            r#"{"t":"ended","to":{"tenant":"t","user":"u","session":"s"}}"#
+        );
+    }
+}

@@ -1,0 +1,124 @@
+//! The Redis keyspace, layout version 1 (see `migrations/`). Every per-session key carries the
+//! hash tag `{<tenant>:<user>:<session>}`: a session id alone names nothing, and on a Redis
+//! Cluster all keys of a session live on one shard.
+
+use crate::session::{SessionId, SessionKey};
+
+/// The keyspace layout this build reads and writes.
+pub const LAYOUT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(prefix: &str) -> Keys {
+        Keys {
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    /// `{<tenant>:<user>:<session>}` with `%`, `:`, `{` and `}` escaped in each part, so no
+    /// two (tenant, user, id) triples share a key (a user `a:b` with id `c` is not user `a`
+    /// with id `b:c`) and the hash tag always spans the whole triple.
+    fn tag(key: &SessionKey) -> String {
+        let mut t =
+            String::with_capacity(key.tenant.len() + key.user.len() + key.id.as_str().len() + 4);
+        t.push('{');
+        escape_into(&mut t, &key.tenant);
+        t.push(':');
+        escape_into(&mut t, &key.user);
+        t.push(':');
+        escape_into(&mut t, key.id.as_str());
+        t.push('}');
+        t
+    }
+
+    /// The session record (JSON), with the session's sliding TTL.
+    pub fn session(&self, key: &SessionKey) -> String {
+        format!("{}:v1:sess:{}", self.prefix, Self::tag(key))
+    }
+
+    /// `<tenant>\n<user>` owning a session id: only consulted to log a presented id that
+    /// belongs to someone else (never to find a session).
+    pub fn owner(&self, id: &SessionId) -> String {
+        let mut k = format!("{}:v1:sid:", self.prefix);
+        escape_into(&mut k, id.as_str());
+        k
+    }
+
+    /// The replica holding the session's GET stream.
+    pub fn get_holder(&self, key: &SessionKey) -> String {
+        format!("{}:v1:get:{}", self.prefix, Self::tag(key))
+    }
+
+    /// A replica's own pub/sub channel.
+    pub fn replica_channel(&self, replica: &str) -> String {
+        format!("{}:v1:replica:{replica}", self.prefix)
+    }
+
+    /// The channel every replica listens to.
+    pub fn broadcast_channel(&self) -> String {
+        format!("{}:v1:broadcast", self.prefix)
+    }
+
+    /// The applied layout version.
+    pub fn layout(&self) -> String {
+        format!("{}:meta:layout", self.prefix)
+    }
+
+    /// Applied migrations: version → time applied.
+    pub fn migrations(&self) -> String {
+        format!("{}:meta:migrations", self.prefix)
+    }
+}
+
+fn escape_into(out: &mut String, part: &str) {
+    for c in part.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            ':' => out.push_str("%3A"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn session_keys_carry_tenant_user_and_id_in_one_hash_tag() {
+        let k = SessionKey {
+            tenant: "acme".into(),
+            user: "u-1".into(),
+            id: SessionId::from_presented("abc").unwrap(),
+        };
+        let keys = Keys::new("sy");
+        assert_eq!(keys.session(&k), "sy:v1:sess:{acme:u-1:abc}");
+        assert_eq!(keys.get_holder(&k), "sy:v1:get:{acme:u-1:abc}");
+        assert_eq!(keys.owner(&k.id), "sy:v1:sid:abc");
+        assert_eq!(keys.layout(), "sy:meta:layout");
+    }
+
+    #[test]
+    fn separators_inside_users_and_ids_cannot_make_two_sessions_share_a_key() {
+        let key = |user: &str, id: &str| SessionKey {
+            tenant: "acme".into(),
+            user: user.into(),
+            id: SessionId::from_presented(id).unwrap(),
+        };
+        let keys = Keys::new("sy");
+        let a = keys.session(&key("https://idp|alice:x", "y"));
+        let b = keys.session(&key("https://idp|alice", "x:y"));
+        assert_ne!(a, b);
+        assert_eq!(a, "sy:v1:sess:{acme:https%3A//idp|alice%3Ax:y}");
+        // A `}` in a user cannot end the hash tag early.
+        let c = keys.session(&key("we}ird{", "z"));
+        assert_eq!(c, "sy:v1:sess:{acme:we%7Dird%7B:z}");
+    }
+}

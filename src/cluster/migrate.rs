@@ -1,0 +1,73 @@
+//! Keyspace migrations: the scripts in `migrations/`, applied in order by `switchyard migrate`
+//! (idempotent, each recorded), and the startup check of the recorded layout.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::{LAYOUT_VERSION, Redis};
+use crate::session::StoreError;
+
+/// Every migration: (layout version it produces, script).
+pub const MIGRATIONS: &[(u32, &str)] =
+    &[(1, include_str!("../../migrations/0001_initial_layout.lua"))];
+
+/// What the keyspace says about its layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// The layout this build uses.
+    Current,
+    /// Older (or empty): `switchyard migrate` must run first.
+    Behind { found: u32 },
+    /// Written by a newer gateway: this build must not touch it.
+    Ahead { found: u32 },
+}
+
+impl Redis {
+    /// The recorded layout relative to this build.
+    pub async fn layout(&self) -> Result<Layout, StoreError> {
+        let mut conn = self.conn.clone();
+        let key = self.keys.layout();
+        let found: Option<u32> = self
+            .run(async move { redis::cmd("GET").arg(&key).query_async(&mut conn).await })
+            .await?;
+        let found = found.unwrap_or(0);
+        Ok(match found.cmp(&LAYOUT_VERSION) {
+            std::cmp::Ordering::Equal => Layout::Current,
+            std::cmp::Ordering::Less => Layout::Behind { found },
+            std::cmp::Ordering::Greater => Layout::Ahead { found },
+        })
+    }
+
+    /// Applies the missing migrations in order; returns the versions applied now (empty when
+    /// the keyspace was already current). Refuses a layout newer than this build.
+    pub async fn migrate(&self) -> Result<Vec<u32>, String> {
+        if let Layout::Ahead { found } = self.layout().await.map_err(|e| e.to_string())? {
+            return Err(format!(
+                "the keyspace has layout {found}, newer than this build's {LAYOUT_VERSION}; use a newer switchyard"
+            ));
+        }
+        let mut applied = Vec::new();
+        for (version, script) in MIGRATIONS {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            let mut conn = self.conn.clone();
+            let (layout, migrations) = (self.keys.layout(), self.keys.migrations());
+            let changed: i64 = self
+                .run(async move {
+                    redis::Script::new(script)
+                        .key(layout)
+                        .key(migrations)
+                        .arg(now)
+                        .arg(*version)
+                        .invoke_async(&mut conn)
+                        .await
+                })
+                .await
+                .map_err(|e| format!("migration {version} failed: {e}"))?;
+            if changed == 1 {
+                applied.push(*version);
+            }
+        }
+        Ok(applied)
+    }
+}

@@ -1,0 +1,112 @@
+//! What replicas share through Redis: the connection, the keyspace and its migrations, the
+//! session records (`RedisSessionStore`), and the message bus that carries server-initiated
+//! messages, client answers and cancellations to the replica that can act on them. Nothing
+//! else in the gateway talks to Redis.
+
+mod bus;
+mod keys;
+mod migrate;
+mod sessions;
+
+use std::future::Future;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+pub use bus::{Bus, BusMessage, Target, replica_of};
+pub use keys::{Keys, LAYOUT_VERSION};
+pub use migrate::{Layout, MIGRATIONS};
+pub use sessions::RedisSessionStore;
+
+use crate::config::RedisConfig;
+use crate::session::StoreError;
+
+/// A connection to the shared Redis, with the keyspace and the operation bound.
+#[derive(Clone)]
+pub struct Redis {
+    pub(crate) client: redis::Client,
+    pub(crate) conn: ConnectionManager,
+    pub keys: Keys,
+    pub timeout: Duration,
+}
+
+impl Redis {
+    /// Connects (bounded by the configured timeout). The URL never appears in errors.
+    pub async fn connect(config: &RedisConfig) -> Result<Redis, String> {
+        let client = redis::Client::open(config.url.expose())
+            .map_err(|e| format!("invalid Redis URL: {}", e.category()))?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.timeout))
+            .set_response_timeout(Some(config.timeout))
+            .set_number_of_retries(2);
+        let conn = tokio::time::timeout(
+            config.timeout * 3,
+            ConnectionManager::new_with_config(client.clone(), manager_config),
+        )
+        .await
+        .map_err(|_| "cannot reach Redis: timed out".to_owned())?
+        .map_err(|e| format!("cannot reach Redis: {}", describe(&e)))?;
+        Ok(Redis {
+            client,
+            conn,
+            keys: Keys::new(&config.prefix),
+            timeout: config.timeout,
+        })
+    }
+
+    /// Runs one Redis operation under the timeout; failures become `StoreError::Unavailable`.
+    pub(crate) async fn run<T>(
+        &self,
+        op: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.timeout, op).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(StoreError::Unavailable(describe(&e))),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "no answer within {}ms",
+                self.timeout.as_millis()
+            ))),
+        }
+    }
+
+    /// Whether Redis answers (readiness).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        self.run(async move { redis::cmd("PING").query_async::<String>(&mut conn).await })
+            .await
+            .map(|_| ())
+    }
+}
+
+/// `switchyard migrate`: brings the configured Redis keyspace to this build's layout and says
+/// what it did.
+pub async fn migrate(config: &crate::config::Config) -> Result<String, String> {
+    let crate::config::StoreConfig::Redis(r) = &config.sessions.store else {
+        return Ok("the session store is in memory: nothing to migrate".into());
+    };
+    let redis = Redis::connect(r).await?;
+    let applied = redis.migrate().await?;
+    Ok(if applied.is_empty() {
+        format!("keyspace `{}` already at layout {LAYOUT_VERSION}", r.prefix)
+    } else {
+        let list: Vec<String> = applied.iter().map(u32::to_string).collect();
+        format!(
+            "keyspace `{}` migrated to layout {LAYOUT_VERSION} (applied: {})",
+            r.prefix,
+            list.join(", ")
+        )
+    })
+}
+
+/// A Redis error without anything from the URL or the payload.
+pub(crate) fn describe(e: &redis::RedisError) -> String {
+    if e.is_timeout() {
+        "timed out".into()
+    } else if e.is_connection_refusal() {
+        "connection refused".into()
+    } else if e.is_io_error() || e.is_connection_dropped() {
+        "connection lost".into()
+    } else {
+        format!("Redis error ({})", e.category())
+    }
+}

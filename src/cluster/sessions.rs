@@ -1,0 +1,189 @@
+//! `RedisSessionStore`: session records shared by every replica, with the same semantics as the
+//! in-memory store (sliding TTL, tenant + user in every key, owner index for security logs).
+
+use std::time::Duration;
+
+use super::Redis;
+use crate::session::{SessionId, SessionKey, SessionRecord, SessionStore, StoreError};
+
+pub struct RedisSessionStore {
+    redis: Redis,
+}
+
+impl RedisSessionStore {
+    pub fn new(redis: Redis) -> RedisSessionStore {
+        RedisSessionStore { redis }
+    }
+}
+
+fn ttl_secs(ttl: Duration) -> u64 {
+    ttl.as_secs().max(1)
+}
+
+fn encode(record: &SessionRecord) -> Result<String, StoreError> {
+    serde_json::to_string(record).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+impl SessionStore for RedisSessionStore {
+    async fn create(
+        &self,
+        key: &SessionKey,
+        record: &SessionRecord,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let json = encode(record)?;
+        let owner = format!("{}\n{}", key.tenant, key.user);
+        let (session_key, owner_key) =
+            (self.redis.keys.session(key), self.redis.keys.owner(&key.id));
+        let mut conn = self.redis.conn.clone();
+        let secs = ttl_secs(ttl);
+        let created: (Option<String>, String) = self
+            .redis
+            .run(async move {
+                redis::pipe()
+                    .atomic()
+                    .cmd("SET")
+                    .arg(&session_key)
+                    .arg(json)
+                    .arg("EX")
+                    .arg(secs)
+                    .arg("NX")
+                    .cmd("SET")
+                    .arg(&owner_key)
+                    .arg(owner)
+                    .arg("EX")
+                    .arg(secs)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        match created.0 {
+            Some(_) => Ok(()),
+            // A 192-bit id collided: the random source is broken; refuse rather than overwrite.
+            None => Err(StoreError::Corrupt("session id already exists".into())),
+        }
+    }
+
+    async fn load(
+        &self,
+        key: &SessionKey,
+        ttl: Duration,
+    ) -> Result<Option<SessionRecord>, StoreError> {
+        let session_key = self.redis.keys.session(key);
+        let mut conn = self.redis.conn.clone();
+        let secs = ttl_secs(ttl);
+        let json: Option<String> = self
+            .redis
+            .run(async move {
+                redis::cmd("GETEX")
+                    .arg(&session_key)
+                    .arg("EX")
+                    .arg(secs)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        json.map(|j| serde_json::from_str(&j).map_err(|e| StoreError::Corrupt(e.to_string())))
+            .transpose()
+    }
+
+    async fn update(
+        &self,
+        key: &SessionKey,
+        record: &SessionRecord,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let json = encode(record)?;
+        let session_key = self.redis.keys.session(key);
+        let mut conn = self.redis.conn.clone();
+        let secs = ttl_secs(ttl);
+        let updated: Option<String> = self
+            .redis
+            .run(async move {
+                redis::cmd("SET")
+                    .arg(&session_key)
+                    .arg(json)
+                    .arg("EX")
+                    .arg(secs)
+                    .arg("XX")
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(updated.is_some())
+    }
+
+    async fn touch(&self, key: &SessionKey, ttl: Duration) -> Result<bool, StoreError> {
+        let (session_key, owner_key) =
+            (self.redis.keys.session(key), self.redis.keys.owner(&key.id));
+        let mut conn = self.redis.conn.clone();
+        let secs = ttl_secs(ttl);
+        let (touched, _): (i64, i64) = self
+            .redis
+            .run(async move {
+                redis::pipe()
+                    .cmd("EXPIRE")
+                    .arg(&session_key)
+                    .arg(secs)
+                    .cmd("EXPIRE")
+                    .arg(&owner_key)
+                    .arg(secs)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(touched == 1)
+    }
+
+    async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError> {
+        let (session_key, owner_key) =
+            (self.redis.keys.session(key), self.redis.keys.owner(&key.id));
+        let mut conn = self.redis.conn.clone();
+        let deleted: i64 = self
+            .redis
+            .run(async move {
+                redis::cmd("DEL")
+                    .arg(&session_key)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        if deleted == 1 {
+            // Only the owner's own delete clears the owner index: a DELETE with a stolen id
+            // must not erase the trace of whose id it was.
+            let mut conn = self.redis.conn.clone();
+            let _: i64 = self
+                .redis
+                .run(async move {
+                    redis::cmd("DEL")
+                        .arg(&owner_key)
+                        .query_async(&mut conn)
+                        .await
+                })
+                .await?;
+        }
+        Ok(deleted == 1)
+    }
+
+    async fn owner_of(&self, id: &SessionId) -> Result<Option<(String, String)>, StoreError> {
+        let owner_key = self.redis.keys.owner(id);
+        let mut conn = self.redis.conn.clone();
+        let owner: Option<String> = self
+            .redis
+            .run(async move {
+                redis::cmd("GET")
+                    .arg(&owner_key)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(owner.and_then(|o| {
+            let (tenant, user) = o.split_once('\n')?;
+            Some((tenant.to_owned(), user.to_owned()))
+        }))
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.redis.ping().await
+    }
+}
