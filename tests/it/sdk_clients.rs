@@ -11,7 +11,7 @@ use switchyard::config::{StdioSharing, UpstreamTransport};
 
 /// Checks one client's report of the `everything` scenario. `prefix` is what the gateway put
 /// in front of the tool names (empty for a single upstream).
-fn assert_everything(report: &Value, sdk_label: &str, prefix: &str) {
+pub(crate) fn assert_everything(report: &Value, sdk_label: &str, prefix: &str) {
     assert_eq!(report["protocolVersion"], "2025-11-25", "{report}");
     let tools: Vec<&str> = report["tools"]
         .as_array()

@@ -298,3 +298,49 @@ async fn stdio_children_get_a_clean_environment() {
     );
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_shared_pool_pins_each_session_to_one_of_its_processes() {
+    let mut stdio = demo_stdio(None);
+    stdio.sharing = StdioSharing::Shared;
+    stdio.pool_size = 3;
+    let gw = TestGateway::start(config(vec![tenant(
+        "pool",
+        vec![upstream("demo", UpstreamTransport::Stdio(stdio))],
+    )]))
+    .await;
+    let mut pids = std::collections::BTreeSet::new();
+    for _ in 0..12 {
+        let mut c = RawClient::new(gw.url("pool"));
+        c.initialize().await;
+        let pid = pid_of(&c).await;
+        // Every request of a session goes to the same process.
+        for _ in 0..3 {
+            assert_eq!(pid_of(&c).await, pid);
+        }
+        pids.insert(pid);
+        c.delete().await;
+    }
+    // Twelve sessions over three processes: more than one used, never more than three.
+    assert!(
+        (2..=3).contains(&pids.len()),
+        "sessions spread over {pids:?}"
+    );
+    let pool: Vec<u32> = gw.gateway.tenants().next().expect("tenant").upstreams[0]
+        .pool()
+        .iter()
+        .filter_map(|c| c.pid())
+        .collect();
+    assert_eq!(pool.len(), 3, "three processes running: {pool:?}");
+    assert!(
+        pids.iter().all(|p| pool.contains(p)),
+        "{pids:?} within {pool:?}"
+    );
+    gw.stop().await;
+    for pid in pool {
+        assert!(
+            eventually(Duration::from_secs(10), || process_gone(pid)).await,
+            "pool process {pid} stopped with the gateway"
+        );
+    }
+}

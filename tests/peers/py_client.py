@@ -4,7 +4,7 @@
 Run with the venv installed by scripts/install-test-deps.sh:
 
     $SWITCHYARD_PEERS/venv/bin/python tests/peers/py_client.py <mcp-url> <scenario> \
-        [--mode legacy|auto] [--prefix P] [--timeout SECONDS]
+        [--mode legacy|auto] [--prefix P] [--replicas URL,URL...] [--timeout SECONDS]
 
 SWITCHYARD_PEERS defaults to <repo>/target/peers. Prints exactly ONE JSON object
 on stdout (diagnostics go to stderr); exits 0 on success, non-zero with a
@@ -12,6 +12,8 @@ message on stderr on failure (stdout then carries {"sdk":..., "error": "..."}).
 
 --mode   "auto" (default): the SDK probes `server/discover` (2026-07-28) and falls
          back to the `initialize` handshake; "legacy": initialize only.
+--replicas  Round-robin every HTTP request over these gateway replicas (a load
+         balancer without session affinity); the report gains `replicaHits`.
 --prefix Only consider tools whose name starts with P (the gateway may expose the
          same tool from several upstreams as `<upstream>__<tool>`). Tools are
          otherwise selected by name suffix, and exactly one must match.
@@ -32,7 +34,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import httpx2
 from mcp import Client, Implementation, types
+from mcp.client.streamable_http import streamable_http_client
 from mcp.client.session import ClientRequestContext
 
 SDK = f"python-mcp-{importlib.metadata.version('mcp')}"
@@ -217,12 +221,45 @@ def _num(v: Any) -> Any:
     return int(v) if isinstance(v, float) and v.is_integer() else v
 
 
+class RoundRobin(httpx2.AsyncBaseTransport):
+    """A load balancer without affinity, inside the client: every HTTP request (POST, GET,
+    DELETE) goes to the next of several gateway replicas, whatever the URL says. Counts the
+    requests each replica got (`replicaHits` in the report)."""
+
+    def __init__(self, replicas: list[str]) -> None:
+        self.targets = [httpx2.URL(r) for r in replicas]
+        self.hits = [0] * len(replicas)
+        self.next = 0
+        self.inner = httpx2.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        i = self.next
+        self.next = (self.next + 1) % len(self.targets)
+        self.hits[i] += 1
+        target = self.targets[i]
+        request.url = request.url.copy_with(host=target.host, port=target.port)
+        request.headers["host"] = f"{target.host}:{target.port}"
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"sdk": SDK, "mode": args.mode, "scenario": args.scenario}
     extra = CLIENT_KWARGS[args.scenario](out) if args.scenario in CLIENT_KWARGS else {}
+    server: Any = args.url
+    balancer: RoundRobin | None = None
+    if args.replicas:
+        balancer = RoundRobin(args.replicas.split(","))
+        http = httpx2.AsyncClient(
+            transport=balancer,
+            timeout=httpx2.Timeout(30.0, read=300.0),
+        )
+        server = streamable_http_client(args.url, http_client=http)
     with anyio.fail_after(args.timeout):
         async with Client(
-            args.url,
+            server,
             mode=args.mode,
             read_timeout_seconds=args.timeout,
             client_info=Implementation(name="switchyard-peer-python", version=SDK),
@@ -235,6 +272,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             log(f"connected: protocol {out['protocolVersion']}, server {out['serverName']} {out['serverVersion']}")
             await SCENARIOS[args.scenario](client, args, out)
         # Leaving the context manager closes the session (HTTP DELETE with the session id).
+    if balancer is not None:
+        out["replicaHits"] = balancer.hits
     if "progress" in out:
         out["progress"] = [[_num(p), _num(t)] for p, t in out["progress"]]
     return out
@@ -246,6 +285,11 @@ def main() -> int:
     p.add_argument("scenario", choices=sorted(SCENARIOS))
     p.add_argument("--mode", choices=["legacy", "auto"], default="auto")
     p.add_argument("--prefix", default=None)
+    p.add_argument(
+        "--replicas",
+        default=None,
+        help="comma-separated base URLs (http://127.0.0.1:P,...): send each HTTP request to the next one",
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="overall deadline in seconds (default 60)")
     p.add_argument("--verbose", action="store_true", help="SDK debug logging to stderr")
     args = p.parse_args()

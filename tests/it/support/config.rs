@@ -19,6 +19,7 @@ pub fn stdio(command: impl Into<String>, args: &[&str]) -> StdioConfig {
         inherit_env: vec![],
         cwd: None,
         sharing: StdioSharing::Shared,
+        pool_size: 1,
         restart: RestartPolicy {
             initial_backoff: Duration::from_millis(50),
             max_backoff: Duration::from_secs(2),

@@ -17,7 +17,9 @@ pub struct TestGateway {
 
 impl TestGateway {
     pub async fn start(config: Config) -> TestGateway {
-        let gateway = switchyard::app::build(&config).expect("gateway builds");
+        let gateway = switchyard::app::build(&config)
+            .await
+            .expect("gateway builds");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1:0");

@@ -9,6 +9,7 @@ pub mod gateway;
 pub mod oidc;
 pub mod peers;
 pub mod rawhttp;
+pub mod redis;
 
 use std::time::Duration;
 

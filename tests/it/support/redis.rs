@@ -1,0 +1,126 @@
+//! A real `redis-server` of the test's own on a free 127.0.0.1 port, with an append-only file
+//! fsynced on every write in a private directory, so a test can kill it (SIGKILL) and start it
+//! again on the same port without losing what was acknowledged. Killed on drop.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+
+use super::TempDir;
+use super::peers::free_port;
+
+pub struct RedisServer {
+    pub port: u16,
+    dir: TempDir,
+    child: Option<Child>,
+}
+
+fn redis_server() -> PathBuf {
+    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+        let p = PathBuf::from(dir).join("redis-server");
+        if p.is_file() {
+            return p;
+        }
+    }
+    for p in ["/usr/bin/redis-server", "/usr/local/bin/redis-server"] {
+        if std::path::Path::new(p).is_file() {
+            return p.into();
+        }
+    }
+    panic!(
+        "redis-server not found on PATH: run `bash scripts/install-test-deps.sh` (installs it from Debian's packages) or install Redis >= 6"
+    );
+}
+
+impl RedisServer {
+    pub async fn start() -> RedisServer {
+        let mut server = RedisServer {
+            port: free_port(),
+            dir: TempDir::new("redis"),
+            child: None,
+        };
+        server.spawn().await;
+        server
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    async fn spawn(&mut self) {
+        let child = Command::new(redis_server())
+            .args(["--bind", "127.0.0.1", "--port"])
+            .arg(self.port.to_string())
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ])
+            .args(["--protected-mode", "yes", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(&self.dir.0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("redis-server starts");
+        self.child = Some(child);
+        let port = self.port;
+        let up = super::eventually(Duration::from_secs(20), || ping(port)).await;
+        assert!(
+            up,
+            "redis-server did not answer PING on 127.0.0.1:{port} within 20s"
+        );
+    }
+
+    /// SIGKILL, as a crash would; waits until the port refuses connections.
+    pub async fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill().await;
+            let _ = c.wait().await;
+        }
+    }
+
+    /// Starts it again on the same port and data directory.
+    pub async fn restart(&mut self) {
+        self.kill().await;
+        self.spawn().await;
+    }
+
+    /// A direct connection, for tests that inspect or seed the keyspace.
+    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .expect("redis URL")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to the test redis")
+    }
+}
+
+fn ping(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 16];
+    matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.start_kill();
+        }
+    }
+}
