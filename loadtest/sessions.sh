@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Memory per idle session: starts the release gateway (in-memory store, then Redis on a private
+# redis-server), opens N sessions with sy-load, and prints one JSON report per store.
+#
+#   bash loadtest/sessions.sh [N]      (default 10000)
+#
+# Everything binds to 127.0.0.1; every process started here is stopped on exit.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+N="${1:-10000}"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/sy-sessions.XXXXXX")"
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+command -v redis-server >/dev/null || { echo "redis-server missing: bash scripts/install-test-deps.sh installs it" >&2; exit 1; }
+cargo build --release --locked -p switchyard -p switchyard-loadtest >&2
+GW="$REPO/target/release/switchyard"
+LOAD="$REPO/target/release/sy-load"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() {
+    for _ in $(seq 1 200); do
+        (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "nothing listens on 127.0.0.1:$1" >&2; return 1
+}
+
+config() { # $1 = listen port, $2 = store YAML
+    cat <<YAML
+listen: 127.0.0.1:$1
+sessions:
+  ttl: 1h
+  store: $2
+tenants:
+  - name: load
+    upstreams:
+      - name: demo
+        stdio: {command: "$GW", args: [demo-server, --stdio], sharing: shared}
+YAML
+}
+
+run_one() { # $1 = label, $2 = store YAML, $3.. = extra sy-load args
+    local label="$1" store="$2"; shift 2
+    local port; port="$(free_port)"
+    config "$port" "$store" >"$WORK/$label.yaml"
+    if [[ "$store" != memory ]]; then "$GW" migrate --config "$WORK/$label.yaml" >&2; fi
+    RUST_LOG=warn "$GW" run --config "$WORK/$label.yaml" 2>"$WORK/$label.log" &
+    local gw=$!; PIDS+=("$gw")
+    wait_port "$port"
+    echo "== $label: $N sessions" >&2
+    "$LOAD" sessions --url "http://127.0.0.1:$port/t/load/mcp" --count "$N" --pid "$gw" "$@" \
+        | python3 -c "import json,sys; r=json.load(sys.stdin); r['store']='$label'; print(json.dumps(r))"
+    kill "$gw"; wait "$gw" 2>/dev/null || true
+}
+
+run_one memory memory
+
+RPORT="$(free_port)"
+redis-server --bind 127.0.0.1 --port "$RPORT" --save "" --appendonly no --dir "$WORK" >"$WORK/redis.log" 2>&1 &
+PIDS+=("$!")
+wait_port "$RPORT"
+run_one redis "{redis: {url: \"redis://127.0.0.1:$RPORT\", prefix: sy}}" --redis "redis://127.0.0.1:$RPORT" --prefix sy

@@ -1,0 +1,275 @@
+//! `sy-load`: drives a running Switchyard gateway over real HTTP and reports what it measured as
+//! one JSON object on stdout.
+//!
+//! `sy-load sessions --url U --count N [--pid P] [--redis R --prefix X]` opens N sessions
+//! (initialize + notifications/initialized), leaves them idle, and reports the gateway's
+//! resident memory growth per session (from /proc/P/status) and, with `--redis`, the Redis
+//! memory and keys added per session (INFO memory, key count under the prefix).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+#[derive(Parser)]
+#[command(name = "sy-load", about = "Load and measurements for Switchyard")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Open N idle sessions and measure memory per session.
+    Sessions {
+        /// The tenant endpoint, e.g. http://127.0.0.1:8080/t/demo/mcp
+        #[arg(long)]
+        url: String,
+        #[arg(long, default_value_t = 10_000)]
+        count: usize,
+        /// Concurrent clients while opening sessions.
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+        /// The gateway's process id (for its resident memory).
+        #[arg(long)]
+        pid: Option<u32>,
+        /// The gateway's Redis (redis://127.0.0.1:P), to measure what sessions cost there.
+        #[arg(long)]
+        redis: Option<String>,
+        /// The gateway's key prefix in that Redis.
+        #[arg(long, default_value = "sy")]
+        prefix: String,
+    },
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Sessions {
+            url,
+            count,
+            concurrency,
+            pid,
+            redis,
+            prefix,
+        } => sessions(&url, count, concurrency, pid, redis.as_deref(), &prefix).await,
+    };
+    match result {
+        Ok(report) => {
+            println!("{report}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("sy-load: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Resident set size of a process, in bytes.
+fn rss_bytes(pid: u32) -> Result<u64, String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("cannot read /proc/{pid}/status: {e}"))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .ok_or("no VmRSS line")?;
+    let kb: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .ok_or("unreadable VmRSS")?;
+    Ok(kb * 1024)
+}
+
+struct RedisProbe {
+    conn: redis::aio::MultiplexedConnection,
+    pattern: String,
+}
+
+impl RedisProbe {
+    async fn connect(url: &str, prefix: &str) -> Result<RedisProbe, String> {
+        let client = redis::Client::open(url).map_err(|e| format!("redis URL: {e}"))?;
+        let conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| format!("redis: {e}"))?;
+        Ok(RedisProbe {
+            conn,
+            pattern: format!("{prefix}:*"),
+        })
+    }
+
+    /// `used_memory` from INFO memory.
+    async fn used_memory(&mut self) -> Result<u64, String> {
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut self.conn)
+            .await
+            .map_err(|e| format!("INFO: {e}"))?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| "no used_memory in INFO".to_owned())
+    }
+
+    /// Keys under the prefix, and the sum of their MEMORY USAGE (bytes Redis attributes to
+    /// each key, value and overhead included).
+    async fn keys(&mut self) -> Result<(u64, u64), String> {
+        let mut cursor: u64 = 0;
+        let (mut n, mut bytes) = (0u64, 0u64);
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&self.pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut self.conn)
+                .await
+                .map_err(|e| format!("SCAN: {e}"))?;
+            for key in batch {
+                let usage: Option<u64> = redis::cmd("MEMORY")
+                    .arg("USAGE")
+                    .arg(&key)
+                    .arg("SAMPLES")
+                    .arg(0)
+                    .query_async(&mut self.conn)
+                    .await
+                    .map_err(|e| format!("MEMORY USAGE: {e}"))?;
+                n += 1;
+                bytes += usage.unwrap_or(0);
+            }
+            if next == 0 {
+                return Ok((n, bytes));
+            }
+            cursor = next;
+        }
+    }
+}
+
+async fn open_session(http: &reqwest::Client, url: &str) -> Result<String, String> {
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {"sampling": {}, "roots": {"listChanged": true}},
+        "clientInfo": {"name": "sy-load", "version": env!("CARGO_PKG_VERSION")}}});
+    let resp = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(init.to_string())
+        .send()
+        .await
+        .map_err(|e| format!("initialize: {e}"))?;
+    if !resp.status().is_success() {
+        return Err(format!("initialize: HTTP {}", resp.status()));
+    }
+    let id = resp
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .ok_or("initialize: no Mcp-Session-Id")?
+        .to_owned();
+    let _ = resp.bytes().await;
+    let resp = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &id)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .send()
+        .await
+        .map_err(|e| format!("initialized: {e}"))?;
+    if resp.status().as_u16() != 202 {
+        return Err(format!("initialized: HTTP {}", resp.status()));
+    }
+    Ok(id)
+}
+
+async fn sessions(
+    url: &str,
+    count: usize,
+    concurrency: usize,
+    pid: Option<u32>,
+    redis: Option<&str>,
+    prefix: &str,
+) -> Result<Value, String> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(concurrency)
+        .build()
+        .map_err(|e| e.to_string())?;
+    // Warm up (connections, allocator arenas, lazily built state) before the baseline.
+    for _ in 0..concurrency.min(count) {
+        open_session(&http, url).await?;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_before = pid.map(rss_bytes).transpose()?;
+    let mut probe = match redis {
+        Some(r) => Some(RedisProbe::connect(r, prefix).await?),
+        None => None,
+    };
+    let redis_before = match probe.as_mut() {
+        Some(p) => Some((p.used_memory().await?, p.keys().await?)),
+        None => None,
+    };
+
+    let started = Instant::now();
+    let failures = Arc::new(AtomicUsize::new(0));
+    let first_error = Arc::new(std::sync::Mutex::new(None::<String>));
+    futures_util::stream::iter(0..count)
+        .for_each_concurrent(concurrency, |_| {
+            let (http, failures, first_error) =
+                (http.clone(), failures.clone(), first_error.clone());
+            async move {
+                if let Err(e) = open_session(&http, url).await {
+                    failures.fetch_add(1, Ordering::Relaxed);
+                    if let Ok(mut f) = first_error.lock() {
+                        f.get_or_insert(e);
+                    }
+                }
+            }
+        })
+        .await;
+    let elapsed = started.elapsed();
+    let failed = failures.load(Ordering::Relaxed);
+    if failed > 0 {
+        let e = first_error.lock().ok().and_then(|f| f.clone());
+        return Err(format!("{failed} of {count} sessions failed; first: {e:?}"));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let mut report = json!({
+        "scenario": "idle sessions",
+        "sessions": count,
+        "concurrency": concurrency,
+        "seconds": elapsed.as_secs_f64(),
+        "sessions_per_second": count as f64 / elapsed.as_secs_f64(),
+    });
+    if let (Some(pid), Some(before)) = (pid, rss_before) {
+        let after = rss_bytes(pid)?;
+        report["gateway_rss_before_bytes"] = json!(before);
+        report["gateway_rss_after_bytes"] = json!(after);
+        report["gateway_bytes_per_session"] =
+            json!(after.saturating_sub(before) as f64 / count as f64);
+    }
+    if let (Some(p), Some((mem_before, (keys_before, usage_before)))) =
+        (probe.as_mut(), redis_before)
+    {
+        let mem_after = p.used_memory().await?;
+        let (keys_after, usage_after) = p.keys().await?;
+        report["redis_used_memory_per_session_bytes"] =
+            json!(mem_after.saturating_sub(mem_before) as f64 / count as f64);
+        report["redis_keys_per_session"] =
+            json!(keys_after.saturating_sub(keys_before) as f64 / count as f64);
+        report["redis_key_bytes_per_session"] =
+            json!(usage_after.saturating_sub(usage_before) as f64 / count as f64);
+    }
+    Ok(report)
+}
