@@ -2,6 +2,8 @@
 --   <p>:v1:sess:{<tenant>:<user>:<session>}   session record (JSON), sliding TTL
 --   <p>:v1:sid:<session>                       "<tenant>\n<user>" owning the id (security logs only)
 --   <p>:v1:get:{<tenant>:<user>:<session>}     replica holding the session's GET stream (TTL)
+--   <p>:v1:ev:{<tenant>:<user>:<session>}:<stream>  stream of SSE events (XADD 0-<seq>; fields
+--                                              d = framed event, f = 1 on the last), MAXLEN, TTL
 --   <p>:v1:replica:<replica>                   pub/sub channel of one replica
 --   <p>:v1:broadcast                           pub/sub channel of every replica
 --   <p>:meta:layout                            applied layout version

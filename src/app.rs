@@ -65,9 +65,17 @@ pub async fn serve(
             signal_gateway.begin_shutdown();
         },
     );
-    let deadline = async move {
-        let _ = stopping.wait_for(|s| *s).await;
-        tokio::time::sleep(DRAIN_DEADLINE).await;
+    let drain_until = Arc::new(std::sync::Mutex::new(None::<tokio::time::Instant>));
+    let deadline = {
+        let drain_until = drain_until.clone();
+        async move {
+            let _ = stopping.wait_for(|s| *s).await;
+            let until = tokio::time::Instant::now() + DRAIN_DEADLINE;
+            if let Ok(mut d) = drain_until.lock() {
+                *d = Some(until);
+            }
+            tokio::time::sleep_until(until).await;
+        }
     };
     let result = tokio::select! {
         r = server => r,
@@ -78,6 +86,16 @@ pub async fn serve(
     };
     drop(tls);
     reaper.abort();
+    // Streams were closed with a retry hint; requests still running upstream finish (within
+    // the deadline) and their responses are recorded, so clients resume them elsewhere.
+    let until = drain_until
+        .lock()
+        .ok()
+        .and_then(|d| *d)
+        .unwrap_or_else(|| tokio::time::Instant::now() + DRAIN_DEADLINE);
+    if !gateway.drain_requests(until).await {
+        tracing::warn!("drain deadline passed with upstream requests still running");
+    }
     gateway.shutdown().await;
     tracing::info!("stopped");
     result

@@ -33,6 +33,15 @@ pub struct Gateway {
     loopback: bool,
     shutdown: watch::Sender<bool>,
     bus_listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Forwarded requests whose events are still being recorded (drained at shutdown).
+    pumps: Arc<Pumps>,
+}
+
+/// The count of request pumps running, and a wake-up when it reaches zero.
+#[derive(Default)]
+pub struct Pumps {
+    running: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
 }
 
 /// Connects the configured store (checking the Redis keyspace layout) and the bus.
@@ -57,7 +66,7 @@ pub async fn open_store(config: &Config) -> Result<(SessionBackend, Bus), String
                     ));
                 }
             }
-            let bus = Bus::redis(redis.clone());
+            let bus = Bus::redis(redis.clone(), config.sessions.ttl);
             Ok((SessionBackend::Redis(RedisSessionStore::new(redis)), bus))
         }
     }
@@ -86,6 +95,7 @@ impl Gateway {
             loopback: config.listen.ip().is_loopback(),
             shutdown: watch::channel(false).0,
             bus_listener: Mutex::new(None),
+            pumps: Arc::default(),
         });
         let weak: Weak<Gateway> = Arc::downgrade(&gateway);
         let listener = bus.spawn_listener(move |msg| {
@@ -327,6 +337,11 @@ impl Gateway {
                     crate::router::handle_forwarded(&tenant, &session, message.as_bytes()).await;
                 });
             }
+            BusMessage::GetMoved { by, .. } => {
+                if by != *self.bus.replica {
+                    session.release_get_stream();
+                }
+            }
             BusMessage::Ended { .. } => {
                 let gateway = self.clone();
                 tokio::spawn(async move {
@@ -334,6 +349,44 @@ impl Gateway {
                 });
             }
         }
+    }
+
+    /// Counts a forwarded request whose events are being recorded until its response.
+    pub fn pump_started(&self) -> PumpGuard {
+        self.pumps
+            .running
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        PumpGuard(self.pumps.clone())
+    }
+
+    /// Waits until every forwarded request has its response recorded (and, clustered, written
+    /// to Redis), or `until`. `false` if time ran out.
+    pub async fn drain_requests(&self, until: tokio::time::Instant) -> bool {
+        let wait = async {
+            loop {
+                let idle = self.pumps.idle.notified();
+                tokio::pin!(idle);
+                idle.as_mut().enable();
+                if self
+                    .pumps
+                    .running
+                    .load(std::sync::atomic::Ordering::Acquire)
+                    == 0
+                {
+                    return;
+                }
+                idle.await;
+            }
+        };
+        let drained = tokio::time::timeout_at(until, wait).await.is_ok();
+        let flushed = match &self.bus.events {
+            Some(events) => {
+                let left = until.saturating_duration_since(tokio::time::Instant::now());
+                events.flush(left.max(Duration::from_secs(1))).await
+            }
+            None => true,
+        };
+        drained && flushed
     }
 
     /// A receiver that flips to `true` when the gateway shuts down (long streams end on it).
@@ -362,6 +415,22 @@ impl Gateway {
         match self.store {
             SessionBackend::Memory(_) => Ending::End,
             SessionBackend::Redis(_) => Ending::Release,
+        }
+    }
+}
+
+/// Held by a request's event pump; the gateway's drain waits for all of them.
+pub struct PumpGuard(Arc<Pumps>);
+
+impl Drop for PumpGuard {
+    fn drop(&mut self) {
+        if self
+            .0
+            .running
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
+            == 1
+        {
+            self.0.idle.notify_waiters();
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod config;
 pub mod demo;
 pub mod error;
+pub mod events;
 pub mod gateway;
 pub mod http;
 pub mod jsonrpc;

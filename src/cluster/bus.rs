@@ -11,7 +11,7 @@ use futures_util::StreamExt;
 use rand::TryRng;
 use serde::{Deserialize, Serialize};
 
-use super::Redis;
+use super::{Redis, RedisEvents};
 use crate::session::{SessionKey, StoreError};
 
 /// How long a GET-stream claim lives unless refreshed (refreshed with every keep-alive).
@@ -31,6 +31,8 @@ pub enum BusMessage {
     Cancel { to: Target, message: String },
     /// The session ended (DELETE) on some replica: drop its live state everywhere.
     Ended { to: Target },
+    /// Replica `by` now serves the session's GET stream: the others stop recording into theirs.
+    GetMoved { to: Target, by: String },
 }
 
 /// The session a bus message concerns.
@@ -58,7 +60,8 @@ impl BusMessage {
             | BusMessage::Answer { to, .. }
             | BusMessage::Progress { to, .. }
             | BusMessage::Cancel { to, .. }
-            | BusMessage::Ended { to } => to,
+            | BusMessage::Ended { to }
+            | BusMessage::GetMoved { to, .. } => to,
         }
     }
 }
@@ -67,6 +70,8 @@ pub struct Bus {
     /// This replica's id: random, short, safe in ids and channel names.
     pub replica: Arc<str>,
     redis: Option<Redis>,
+    /// SSE event logs shared with the other replicas.
+    pub events: Option<Arc<RedisEvents>>,
 }
 
 impl Bus {
@@ -75,12 +80,19 @@ impl Bus {
         Bus {
             replica: replica_id().into(),
             redis: None,
+            events: None,
         }
     }
 
-    pub fn redis(redis: Redis) -> Bus {
+    /// A replica among others sharing `redis`; event logs live as long as sessions (`ttl`).
+    pub fn redis(redis: Redis, ttl: Duration) -> Bus {
         Bus {
             replica: replica_id().into(),
+            events: Some(Arc::new(RedisEvents::new(
+                redis.clone(),
+                ttl,
+                crate::events::LogLimits::default().max_events,
+            ))),
             redis: Some(redis),
         }
     }

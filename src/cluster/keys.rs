@@ -48,6 +48,13 @@ impl Keys {
         k
     }
 
+    /// One SSE stream's recorded events (a Redis Stream, entry ids `0-<seq>`).
+    pub fn events(&self, key: &SessionKey, stream: &str) -> String {
+        let mut k = format!("{}:v1:ev:{}:", self.prefix, Self::tag(key));
+        escape_into(&mut k, stream);
+        k
+    }
+
     /// The replica holding the session's GET stream.
     pub fn get_holder(&self, key: &SessionKey) -> String {
         format!("{}:v1:get:{}", self.prefix, Self::tag(key))

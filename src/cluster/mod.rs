@@ -4,6 +4,7 @@
 //! else in the gateway talks to Redis.
 
 mod bus;
+mod events;
 mod keys;
 mod migrate;
 mod sessions;
@@ -14,6 +15,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 pub use bus::{Bus, BusMessage, Target, replica_of};
+pub use events::{MirrorQueue, Mirrored, RedisEvents, Replayed};
 pub use keys::{Keys, LAYOUT_VERSION};
 pub use migrate::{Layout, MIGRATIONS};
 pub use sessions::RedisSessionStore;

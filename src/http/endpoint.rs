@@ -2,7 +2,6 @@
 //! server-to-client stream, DELETE ends a session. Each handler reads top to bottom in the
 //! order the transport's rules apply.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,22 +9,24 @@ use axum::body::Body;
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, Response, StatusCode, header};
 use bytes::Bytes;
-use futures_util::stream;
-use tokio::sync::watch;
 
 use super::{guard, headers, sse};
 use crate::auth::Principal;
 use crate::error::GatewayError;
+use crate::events::{self, EventId, StreamKind, StreamLog, TailEnd};
 use crate::gateway::Gateway;
 use crate::jsonrpc::{self, Message, ParseError};
+use crate::protocol::ProtocolVersion;
 use crate::protocol::header as mcp;
 use crate::router::{self, Reply};
 use crate::session::LiveSession;
 use crate::tenant::Tenant;
 use crate::upstream::{ForwardStream, StreamItem};
 
-/// How often an idle GET stream gets a keep-alive comment.
+/// How often an idle SSE stream gets a keep-alive comment.
 const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
+/// The reconnection delay suggested to clients in priming events.
+const RECONNECT_AFTER: Duration = Duration::from_millis(1000);
 
 /// Entry point for a request whose path is a tenant's endpoint, from an admitted caller.
 pub async fn handle(
@@ -94,7 +95,9 @@ async fn post(
         Message::Request(req) => {
             match router::handle_request(tenant, &session, principal, &req).await {
                 Ok(Reply::Json(body)) => json(body),
-                Ok(Reply::Stream(stream)) => respond_stream(stream, req.id).await,
+                Ok(Reply::Stream(stream)) => {
+                    respond_stream(gateway, &session, stream, req.id).await
+                }
                 Err(GatewayError::ToolNeedsScopes { missing }) => {
                     // Step-up authorization: the client may obtain a token with these scopes.
                     let host = guard::request_host(parts)
@@ -144,8 +147,13 @@ async fn session_of(
 }
 
 /// Answers a forwarded request: as JSON when the response comes first, else as an SSE stream
-/// that carries everything related to the request and ends with its response.
+/// that carries everything related to the request and ends with its response. Every event is
+/// recorded in the session's stream log before it is sent, by a task that outlives the
+/// connection: a client that loses the stream resumes it with `Last-Event-ID` and misses
+/// nothing, the response included.
 async fn respond_stream(
+    gateway: &Gateway,
+    session: &Arc<LiveSession>,
     mut stream: ForwardStream,
     id: &serde_json::value::RawValue,
 ) -> Response<Body> {
@@ -153,20 +161,55 @@ async fn respond_stream(
         Some(StreamItem::Final(body)) => json(body),
         Some(StreamItem::Cancelled) | None => GatewayError::Cancelled.into_response(Some(id)),
         Some(StreamItem::Message(first)) => {
-            let events =
-                stream::unfold((Some(first), Some(stream)), |(first, stream)| async move {
-                    if let Some(first) = first {
-                        return Some((Ok::<_, Infallible>(sse::event(&first)), (None, stream)));
+            let log = session.events.open(StreamKind::Post);
+            prime(session, &log);
+            log.append(&first, false);
+            let pump_log = log.clone();
+            let guard = gateway.pump_started();
+            tokio::spawn(async move {
+                let _guard = guard;
+                loop {
+                    match stream.next().await {
+                        Some(StreamItem::Message(b)) => {
+                            pump_log.append(&b, false);
+                        }
+                        Some(StreamItem::Final(b)) => {
+                            pump_log.append(&b, true);
+                            break;
+                        }
+                        Some(StreamItem::Cancelled) | None => {
+                            pump_log.finish();
+                            break;
+                        }
                     }
-                    let mut stream = stream?;
-                    match stream.next().await? {
-                        StreamItem::Message(b) => Some((Ok(sse::event(&b)), (None, Some(stream)))),
-                        StreamItem::Final(b) => Some((Ok(sse::event(&b)), (None, None))),
-                        StreamItem::Cancelled => None,
-                    }
-                });
-            sse::response(Body::from_stream(events))
+                }
+            });
+            sse::response(Body::from_stream(events::tail(
+                log,
+                0,
+                tail_end(gateway, None),
+            )))
         }
+    }
+}
+
+/// How often an SSE stream that carries nothing gets a keep-alive comment, and the retry
+/// delay suggested to clients that must reconnect.
+fn tail_end(gateway: &Gateway, claim: Option<GetClaim>) -> TailEnd {
+    TailEnd {
+        keep_alive: Bytes::from_static(sse::KEEP_ALIVE),
+        keep_alive_every: KEEP_ALIVE_EVERY,
+        shutdown: gateway.shutdown_signal(),
+        on_keep_alive: claim.map(|c| Box::new(move || c.refresh()) as Box<dyn Fn() + Send + Sync>),
+    }
+}
+
+/// A priming event (an id, empty data and a retry delay) opens the streams of clients on
+/// 2025-11-25 or later, so they can resume even before the first message; older clients
+/// would take the empty data for a malformed message.
+fn prime(session: &LiveSession, log: &StreamLog) {
+    if session.protocol_version >= ProtocolVersion::V2025_11_25 {
+        log.prime(RECONNECT_AFTER);
     }
 }
 
@@ -179,7 +222,127 @@ async fn get(
     headers::check_get_accept(&parts.headers)?;
     headers::protocol_version(&parts.headers)?;
     let session = session_of(gateway, tenant, parts, &principal.user).await?;
-    let rx = session.open_get_stream();
+    // Resumption: the events after `Last-Event-ID` on the stream it names, then live.
+    if let Some(last) = headers::last_event_id(&parts.headers)? {
+        let id = EventId::parse(last);
+        let gap = || {
+            GatewayError::BadHeader(format!(
+                "Last-Event-ID {last}: the events after it were dropped (the client fell more than {} events behind); the stream cannot be resumed",
+                events::LogLimits::default().max_events
+            ))
+        };
+        match id
+            .as_ref()
+            .and_then(|id| Some((session.events.find(id)?, id.seq)))
+        {
+            Some((log, after)) if log.dropped_after(after) => return Err(gap()),
+            Some((log, after)) if log.kind == StreamKind::Post => {
+                return Ok(sse::response(Body::from_stream(events::tail(
+                    log,
+                    after,
+                    tail_end(gateway, None),
+                ))));
+            }
+            Some((log, after)) if !log.is_done() => {
+                session.use_get_stream(log.clone());
+                return open_get(gateway, tenant, &session, log, after, None).await;
+            }
+            _ => {}
+        }
+        // Recorded by another replica (or before this one restarted): from Redis.
+        if let (Some(id), Some(redis)) = (id, gateway.bus.events.clone()) {
+            let stream = id.stream.as_str().to_owned();
+            match redis.read_after(&session.key, &stream, id.seq).await {
+                Ok(Some(first)) if first.gap => return Err(gap()),
+                Ok(Some(first)) if id.stream.kind() == Some(StreamKind::Post) => {
+                    return Ok(sse::response(Body::from_stream(events::remote_tail(
+                        redis,
+                        session.key.clone(),
+                        stream,
+                        first,
+                        tail_end(gateway, None),
+                    ))));
+                }
+                Ok(Some(first)) => {
+                    return take_over_get(gateway, tenant, &session, &redis, &stream, first).await;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::error!(error = %e, "event log unavailable");
+                    return Err(GatewayError::StoreUnavailable);
+                }
+            }
+        }
+        tracing::debug!(session = ?session.key.id, "Last-Event-ID names no stream this session can resume; opening a new GET stream");
+    }
+    let log = session.open_get_stream();
+    prime(&session, &log);
+    open_get(gateway, tenant, &session, log, 0, None).await
+}
+
+/// Resumes, on this replica, a GET stream another replica served: this replica becomes the
+/// holder (the old one stops recording), the rest of the old stream is replayed from Redis,
+/// and a new GET stream of this replica follows.
+async fn take_over_get(
+    gateway: &Gateway,
+    tenant: &Arc<Tenant>,
+    session: &Arc<LiveSession>,
+    redis: &crate::cluster::RedisEvents,
+    stream: &str,
+    mut replayed: crate::cluster::Replayed,
+) -> Result<Response<Body>, GatewayError> {
+    let log = session.open_get_stream();
+    if let Err(e) = gateway.bus.claim_get_stream(&session.key).await {
+        tracing::warn!(error = %e, "GET stream not announced to the other replicas");
+    }
+    let moved = crate::cluster::BusMessage::GetMoved {
+        to: (&session.key).into(),
+        by: gateway.bus.replica.to_string(),
+    };
+    if let Err(e) = gateway.bus.broadcast(&moved).await {
+        tracing::warn!(error = %e, "the previous GET stream holder was not told");
+    }
+    // What the old holder recorded until it stopped (its writes to Redis lag a little).
+    let mut quiet = 0;
+    for _ in 0..20 {
+        if replayed.done || quiet >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        match redis
+            .read_after(&session.key, stream, replayed.last_seq)
+            .await
+        {
+            Ok(Some(more)) if !more.events.is_empty() || more.done => {
+                replayed.last_seq = more.last_seq;
+                replayed.done = more.done;
+                replayed.events.extend(more.events);
+                quiet = 0;
+            }
+            _ => quiet += 1,
+        }
+    }
+    prime(session, &log);
+    open_get(
+        gateway,
+        tenant,
+        session,
+        log,
+        0,
+        events::join(&replayed.events),
+    )
+    .await
+}
+
+/// Serves the session's GET stream from `log` after event `after`.
+async fn open_get(
+    gateway: &Gateway,
+    tenant: &Arc<Tenant>,
+    session: &Arc<LiveSession>,
+    log: Arc<StreamLog>,
+    after: u64,
+    replayed: Option<Bytes>,
+) -> Result<Response<Body>, GatewayError> {
     // Messages produced on other replicas are sent to the replica that holds the stream.
     if let Err(e) = gateway.bus.claim_get_stream(&session.key).await {
         tracing::warn!(error = %e, "GET stream not announced to the other replicas");
@@ -194,11 +357,11 @@ async fn get(
         bus: gateway.bus.clone(),
         session: session.clone(),
     };
-    Ok(sse::response(Body::from_stream(get_events(
-        rx,
-        gateway.shutdown_signal(),
-        claim,
-    ))))
+    let live = events::tail(log, after, tail_end(gateway, Some(claim)));
+    let first = futures_util::stream::iter(replayed.map(Ok::<_, std::convert::Infallible>));
+    Ok(sse::response(Body::from_stream(
+        futures_util::StreamExt::chain(first, live),
+    )))
 }
 
 /// This replica's claim on a session's GET stream: refreshed with the keep-alives, released
@@ -234,31 +397,6 @@ impl Drop for GetClaim {
             });
         }
     }
-}
-
-/// The GET stream: messages as they come, keep-alives when idle, ends at shutdown or when a
-/// newer GET stream replaces it.
-fn get_events(
-    rx: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
-    shutdown: watch::Receiver<bool>,
-    claim: GetClaim,
-) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> {
-    stream::unfold(
-        (rx, shutdown, claim),
-        |(mut rx, mut shutdown, claim)| async move {
-            if *shutdown.borrow() {
-                return None;
-            }
-            tokio::select! {
-                msg = rx.recv() => msg.map(|m| (Ok(sse::event(&m)), (rx, shutdown, claim))),
-                _ = tokio::time::sleep(KEEP_ALIVE_EVERY) => {
-                    claim.refresh();
-                    Some((Ok(Bytes::from_static(sse::KEEP_ALIVE)), (rx, shutdown, claim)))
-                }
-                _ = shutdown.changed() => None,
-            }
-        },
-    )
 }
 
 async fn delete(

@@ -112,6 +112,23 @@ pub fn session_id(headers: &HeaderMap) -> Result<Option<&str>, GatewayError> {
         .map_err(|_| GatewayError::BadHeader("Mcp-Session-Id must be visible ASCII".into()))
 }
 
+/// The `Last-Event-ID` header of a GET that resumes a stream, when present.
+pub fn last_event_id(headers: &HeaderMap) -> Result<Option<&str>, GatewayError> {
+    let mut values = headers.get_all("last-event-id").iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(GatewayError::BadHeader(
+            "Last-Event-ID must appear once".into(),
+        ));
+    }
+    value
+        .to_str()
+        .map(Some)
+        .map_err(|_| GatewayError::BadHeader("Last-Event-ID must be visible ASCII".into()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

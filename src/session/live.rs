@@ -7,16 +7,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
-use bytes::Bytes;
-use serde_json::Value;
-use serde_json::value::RawValue;
-use tokio::sync::mpsc;
-
 use super::{SessionKey, SessionRecord, UpstreamSessionRecord};
 use crate::cluster::{Bus, BusMessage};
+use crate::events::{EventLimits, SessionEvents, StreamKind, StreamLog};
 use crate::jsonrpc::{self, OwnedId, RawObject};
 use crate::protocol::ProtocolVersion;
 use crate::upstream::{Connection, Ending};
+use bytes::Bytes;
+use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// `(token the client sees, the upstream's own progressToken)`.
 pub type ProgressMapping = (Box<str>, Box<RawValue>);
@@ -59,7 +58,11 @@ pub struct LiveSession {
     /// Client-facing id (raw JSON text) of a server-to-client request → its upstream.
     server_requests: Mutex<HashMap<Box<str>, ServerRequestRoute>>,
     next_server_request: AtomicU64,
-    get_stream: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
+    /// The log of the current GET stream: unsolicited messages are recorded there, for the
+    /// client listening now or resuming later.
+    get_stream: Mutex<Option<Arc<StreamLog>>>,
+    /// Every SSE stream of the session on this replica, recorded for resumption.
+    pub events: SessionEvents,
     /// Last client activity, for idle expiry of the live state.
     last_seen: Mutex<Instant>,
     /// Last time the stored record's time-to-live was restarted (store writes are throttled).
@@ -91,6 +94,7 @@ impl LiveSession {
             client_capabilities.to_string().hash(&mut h);
             h.finish()
         };
+        let events_key = key.clone();
         LiveSession {
             key,
             protocol_version,
@@ -106,6 +110,11 @@ impl LiveSession {
             server_requests: Mutex::default(),
             next_server_request: AtomicU64::new(1),
             get_stream: Mutex::new(None),
+            events: SessionEvents::new(
+                bus.replica.clone(),
+                EventLimits::default(),
+                bus.events.clone().map(|e| (e, events_key)),
+            ),
             last_seen: Mutex::new(Instant::now()),
             last_store_touch: Mutex::new(Instant::now()),
             closed: AtomicBool::new(false),
@@ -356,20 +365,37 @@ impl LiveSession {
 
     // ---- The client's GET stream
 
-    /// Opens the GET stream, replacing (and so ending) an older one.
-    pub fn open_get_stream(&self) -> mpsc::UnboundedReceiver<Bytes> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        if let Ok(mut g) = self.get_stream.lock() {
-            *g = Some(tx);
-        }
-        rx
+    /// Opens a new GET stream, replacing (and so ending) an older one.
+    pub fn open_get_stream(&self) -> Arc<StreamLog> {
+        let log = self.events.open(StreamKind::Get);
+        self.use_get_stream(log.clone());
+        log
     }
 
+    /// Makes `log` (a resumed GET stream) the current one, ending any other.
+    pub fn use_get_stream(&self, log: Arc<StreamLog>) {
+        if let Ok(mut g) = self.get_stream.lock()
+            && let Some(old) = g.replace(log.clone())
+            && !Arc::ptr_eq(&old, &log)
+        {
+            old.finish();
+        }
+    }
+
+    /// Another replica took the GET stream over: end ours, so messages produced here go to the
+    /// holder from now on.
+    pub fn release_get_stream(&self) {
+        if let Some(old) = self.get_stream.lock().ok().and_then(|mut g| g.take()) {
+            old.finish();
+        }
+    }
+
+    /// Whether a client is listening on the GET stream right now.
     pub fn has_get_stream(&self) -> bool {
         self.get_stream
             .lock()
             .ok()
-            .is_some_and(|g| g.as_ref().is_some_and(|tx| !tx.is_closed()))
+            .is_some_and(|g| g.as_ref().is_some_and(|l| !l.is_done() && l.readers() > 0))
     }
 
     /// Sends an unsolicited message on the GET stream: this replica's, else (clustered) the
@@ -407,19 +433,11 @@ impl LiveSession {
         true
     }
 
-    /// Sends on this replica's GET stream; `false` when it holds none.
+    /// Records a message on this replica's GET stream (sent now to a listening client, or on
+    /// resumption); `false` when the session has no open GET stream here.
     pub fn deliver_local(&self, bytes: Bytes) -> bool {
-        let Ok(mut g) = self.get_stream.lock() else {
-            return false;
-        };
-        match g.as_ref() {
-            Some(tx) if tx.send(bytes).is_ok() => true,
-            Some(_) => {
-                *g = None;
-                false
-            }
-            None => false,
-        }
+        let log = self.get_stream.lock().ok().and_then(|g| g.clone());
+        log.is_some_and(|l| l.append(&bytes, false))
     }
 
     // ---- End of life
@@ -438,6 +456,7 @@ impl LiveSession {
         if let Ok(mut g) = self.get_stream.lock() {
             *g = None;
         }
+        self.events.finish_all();
         let mut owned = Vec::new();
         for slot in self.links.iter() {
             let Some((conn, is_owned)) = slot
@@ -528,8 +547,20 @@ mod tests {
     fn idle_and_attached() {
         let s = session();
         assert!(!s.is_attached());
-        let _rx = s.open_get_stream();
-        assert!(s.is_attached(), "a GET stream keeps it attached");
+        let log = s.open_get_stream();
+        assert!(!s.is_attached(), "opened but nobody listens yet");
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        let _body = crate::events::tail(
+            log,
+            0,
+            crate::events::TailEnd {
+                keep_alive: bytes::Bytes::from_static(b": ka\n\n"),
+                keep_alive_every: std::time::Duration::from_secs(15),
+                shutdown: rx,
+                on_keep_alive: None,
+            },
+        );
+        assert!(s.is_attached(), "a listening GET stream keeps it attached");
         assert!(s.deliver_unsolicited(bytes::Bytes::from_static(b"{}")));
     }
 }
