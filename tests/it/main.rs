@@ -11,6 +11,8 @@ mod conformance;
 mod oidc_harness;
 mod origin_host;
 mod process;
+mod resume;
+mod rolling;
 mod sdk_clients;
 mod session_store;
 mod three_upstreams;

@@ -18,7 +18,7 @@ message on stderr on failure (stdout then carries {"sdk":..., "error": "..."}).
          same tool from several upstreams as `<upstream>__<tool>`). Tools are
          otherwise selected by name suffix, and exactly one must match.
 
-Scenarios: see SCENARIOS at the bottom (currently: everything, roundtrips, paging)
+Scenarios: see SCENARIOS at the bottom (currently: everything, roundtrips, paging, steady)
 and tests/peers/README.md.
 """
 
@@ -204,10 +204,29 @@ async def scenario_paging(client: Client, args: argparse.Namespace, out: dict[st
         lambda p: [str(r.uri_template) for r in p.resource_templates], "uriTemplates")
 
 
+async def scenario_steady(client: Client, args: argparse.Namespace, out: dict[str, Any]) -> None:
+    """`--calls` streamed long-running operations in a row (steady load while replicas restart);
+    records each call's text and how many progress notifications it got."""
+    tools = await list_all_tools(client)
+    lro = pick_tool(tools, "trigger-long-running-operation", args.prefix)
+    out["results"] = []
+    out["progressCounts"] = []
+    for _ in range(args.calls):
+        progress: list[float] = []
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            progress.append(value)
+
+        result = await client.call_tool(lro, {"duration": 1, "steps": 5}, progress_callback=on_progress)
+        out["results"].append(text_of(result, lro))
+        out["progressCounts"].append(len(progress))
+
+
 SCENARIOS: dict[str, Callable[[Client, argparse.Namespace, dict[str, Any]], Awaitable[None]]] = {
     "everything": scenario_everything,
     "roundtrips": scenario_roundtrips,
     "paging": scenario_paging,
+    "steady": scenario_steady,
 }
 
 # Extra Client(...) kwargs (handlers, hence declared capabilities) per scenario.
@@ -219,6 +238,18 @@ CLIENT_KWARGS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 def _num(v: Any) -> Any:
     # Render 1.0 as 1 so the JSON matches the JS clients' output.
     return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+class ReconnectCounter(logging.Handler):
+    """Counts the SDK's own reports of resuming a broken stream with Last-Event-ID."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.INFO)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "reconnecting" in record.getMessage():
+            self.count += 1
 
 
 class RoundRobin(httpx2.AsyncBaseTransport):
@@ -233,13 +264,23 @@ class RoundRobin(httpx2.AsyncBaseTransport):
         self.inner = httpx2.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        i = self.next
-        self.next = (self.next + 1) % len(self.targets)
-        self.hits[i] += 1
-        target = self.targets[i]
-        request.url = request.url.copy_with(host=target.host, port=target.port)
-        request.headers["host"] = f"{target.host}:{target.port}"
-        return await self.inner.handle_async_request(request)
+        # Like a load balancer: a replica that refuses connections (restarting) is skipped.
+        last_error: Exception | None = None
+        for _ in range(len(self.targets)):
+            i = self.next
+            self.next = (self.next + 1) % len(self.targets)
+            target = self.targets[i]
+            request.url = request.url.copy_with(host=target.host, port=target.port)
+            request.headers["host"] = f"{target.host}:{target.port}"
+            try:
+                response = await self.inner.handle_async_request(request)
+            except httpx2.ConnectError as e:
+                last_error = e
+                continue
+            self.hits[i] += 1
+            return response
+        assert last_error is not None
+        raise last_error
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -250,6 +291,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     extra = CLIENT_KWARGS[args.scenario](out) if args.scenario in CLIENT_KWARGS else {}
     server: Any = args.url
     balancer: RoundRobin | None = None
+    reconnects = ReconnectCounter()
+    sdk_log = logging.getLogger("mcp.client.streamable_http")
+    sdk_log.addHandler(reconnects)
+    if sdk_log.getEffectiveLevel() > logging.INFO:
+        sdk_log.setLevel(logging.INFO)
+        sdk_log.propagate = False
     if args.replicas:
         balancer = RoundRobin(args.replicas.split(","))
         http = httpx2.AsyncClient(
@@ -274,6 +321,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         # Leaving the context manager closes the session (HTTP DELETE with the session id).
     if balancer is not None:
         out["replicaHits"] = balancer.hits
+    out["reconnections"] = reconnects.count
     if "progress" in out:
         out["progress"] = [[_num(p), _num(t)] for p, t in out["progress"]]
     return out
@@ -285,6 +333,7 @@ def main() -> int:
     p.add_argument("scenario", choices=sorted(SCENARIOS))
     p.add_argument("--mode", choices=["legacy", "auto"], default="auto")
     p.add_argument("--prefix", default=None)
+    p.add_argument("--calls", type=int, default=10, help="calls made by the `steady` scenario")
     p.add_argument(
         "--replicas",
         default=None,

@@ -17,12 +17,17 @@ pub struct TestGateway {
 
 impl TestGateway {
     pub async fn start(config: Config) -> TestGateway {
+        Self::start_on(config, 0).await
+    }
+
+    /// On a given 127.0.0.1 port (0: any), e.g. to restart a replica where it was.
+    pub async fn start_on(config: Config, port: u16) -> TestGateway {
         let gateway = switchyard::app::build(&config)
             .await
             .expect("gateway builds");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
-            .expect("bind 127.0.0.1:0");
+            .expect("bind 127.0.0.1");
         let addr = listener.local_addr().expect("local addr");
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(switchyard::app::serve(
