@@ -26,7 +26,7 @@ impl Default for LogLimits {
     fn default() -> Self {
         LogLimits {
             max_events: 10_000,
-            max_bytes: 8 * 1024 * 1024,
+            max_bytes: 4 * 1024 * 1024,
         }
     }
 }

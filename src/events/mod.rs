@@ -104,7 +104,7 @@ impl Default for EventLimits {
     fn default() -> Self {
         EventLimits {
             per_stream: LogLimits::default(),
-            max_streams: 32,
+            max_streams: 16,
         }
     }
 }
