@@ -101,6 +101,20 @@ pub async fn serve(
     result
 }
 
+/// Serves the admin routes (`/metrics`, `/healthz`, `/readyz`) on `listener`, plain HTTP, until
+/// the gateway shuts down.
+pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>) -> io::Result<()> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(url = %format!("http://{addr}/metrics"), "admin listener ready");
+    }
+    let mut stopping = gateway.shutdown_signal();
+    axum::serve(listener, http::admin_router(gateway))
+        .with_graceful_shutdown(async move {
+            let _ = stopping.wait_for(|s| *s).await;
+        })
+        .await
+}
+
 async fn reap_idle_sessions(gateway: Arc<Gateway>) {
     let period =
         (gateway.session_ttl / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));

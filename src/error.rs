@@ -99,7 +99,47 @@ fn humanize(d: Duration) -> String {
     }
 }
 
+/// Marks a response the gateway answered with an error (read by the request metrics).
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorLabel(pub &'static str);
+
 impl GatewayError {
+    /// A short, fixed name of the error's kind: a bounded label for metrics and logs.
+    pub fn label(&self) -> &'static str {
+        use GatewayError::*;
+        match self {
+            NotAcceptable { .. } => "not_acceptable",
+            UnsupportedMediaType => "unsupported_media_type",
+            BodyTooLarge { .. } => "body_too_large",
+            Parse(_) => "parse_error",
+            InvalidRequest(_) => "invalid_request",
+            BatchNotSupported => "batch_not_supported",
+            UnsupportedProtocolVersion { .. } => "unsupported_protocol_version",
+            BadHeader(_) => "bad_header",
+            SessionRequired => "session_required",
+            SessionNotFound => "session_not_found",
+            MethodNotAllowed => "method_not_allowed",
+            ShuttingDown => "shutting_down",
+            StoreUnavailable => "store_unavailable",
+            OriginNotAllowed { .. } => "origin_not_allowed",
+            HostNotAllowed { .. } => "host_not_allowed",
+            Unauthorized { .. } => "invalid_token",
+            InsufficientScope { .. } | ToolNeedsScopes { .. } => "insufficient_scope",
+            TokenInQuery { .. } => "token_in_query",
+            AuthUnavailable => "auth_unavailable",
+            MethodNotFound(_) => "method_not_found",
+            InvalidParams(_) => "invalid_params",
+            NotInitialized => "not_initialized",
+            AlreadyInitialized => "already_initialized",
+            UpstreamUnavailable { .. } => "upstream_unavailable",
+            UpstreamTimeout { .. } => "upstream_timeout",
+            UpstreamClosed { .. } => "upstream_closed",
+            UpstreamProtocol { .. } => "upstream_protocol",
+            Cancelled => "cancelled",
+            Internal => "internal",
+        }
+    }
+
     /// The HTTP status this error is answered with.
     pub fn status(&self) -> StatusCode {
         use GatewayError::*;
@@ -197,6 +237,7 @@ impl GatewayError {
         let body = self.to_jsonrpc(id);
         let mut resp = Response::new(Body::from(body));
         *resp.status_mut() = self.status();
+        resp.extensions_mut().insert(ErrorLabel(self.label()));
         let headers = resp.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,

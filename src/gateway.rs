@@ -301,6 +301,16 @@ impl Gateway {
         ended
     }
 
+    /// Sets the gauges that are read off current state at scrape time.
+    pub fn refresh_gauges(&self) {
+        let m = crate::metrics::get();
+        for t in self.tenants.values() {
+            m.sessions
+                .with_label_values(&[&*t.name])
+                .set(i64::try_from(t.directory.len()).unwrap_or(i64::MAX));
+        }
+    }
+
     /// Whether the gateway can serve new sessions (the store answers).
     pub async fn ready(&self) -> Result<(), StoreError> {
         self.store.ping().await

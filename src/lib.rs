@@ -13,6 +13,7 @@ pub mod gateway;
 pub mod http;
 pub mod jsonrpc;
 pub mod listener;
+pub mod metrics;
 pub mod policy;
 pub mod protocol;
 pub mod router;

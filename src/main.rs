@@ -205,6 +205,18 @@ async fn serve(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(addr) = config.admin_listen {
+        match TcpListener::bind(addr).await {
+            Ok(l) => {
+                tokio::spawn(switchyard::app::serve_admin(l, gateway.clone()));
+            }
+            Err(e) => {
+                tracing::error!(listen = %addr, error = %e, "cannot bind the admin listener");
+                gateway.shutdown().await;
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let listener = match TcpListener::bind(config.listen).await {
         Ok(l) => l,
         Err(e) => {

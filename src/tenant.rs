@@ -94,8 +94,15 @@ impl Tenant {
             .iter()
             .enumerate()
             .map(|(i, u)| {
-                Upstream::start(u, i, limits, naming, Arc::downgrade(&directory))
-                    .map_err(|e| format!("tenant {:?}, upstream {:?}: {e}", config.name, u.name))
+                Upstream::start(
+                    &config.name,
+                    u,
+                    i,
+                    limits,
+                    naming,
+                    Arc::downgrade(&directory),
+                )
+                .map_err(|e| format!("tenant {:?}, upstream {:?}: {e}", config.name, u.name))
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Arc::new(Tenant {

@@ -110,7 +110,7 @@ impl Bus {
             serde_json::to_string(message).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let mut conn = redis.conn.clone();
         redis
-            .run(async move {
+            .run("publish", async move {
                 redis::cmd("PUBLISH")
                     .arg(&channel)
                     .arg(payload)
@@ -144,7 +144,7 @@ impl Bus {
         let (holder, replica) = (redis.keys.get_holder(key), self.replica.to_string());
         let mut conn = redis.conn.clone();
         redis
-            .run(async move {
+            .run("claim_get", async move {
                 redis::cmd("SET")
                     .arg(&holder)
                     .arg(replica)
@@ -164,7 +164,7 @@ impl Bus {
         let (holder, replica) = (redis.keys.get_holder(key), self.replica.to_string());
         let mut conn = redis.conn.clone();
         redis
-            .run(async move {
+            .run("release_get", async move {
                 redis::Script::new(
                     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
                 )
@@ -185,7 +185,9 @@ impl Bus {
         let holder = redis.keys.get_holder(key);
         let mut conn = redis.conn.clone();
         redis
-            .run(async move { redis::cmd("GET").arg(&holder).query_async(&mut conn).await })
+            .run("get_holder", async move {
+                redis::cmd("GET").arg(&holder).query_async(&mut conn).await
+            })
             .await
     }
 

@@ -111,7 +111,9 @@ impl RedisEvents {
         }
         pipe.cmd("EXPIRE").arg(key).arg(self.ttl_secs).ignore();
         self.redis
-            .run(async move { pipe.query_async::<(String,)>(&mut conn).await })
+            .run("event_write", async move {
+                pipe.query_async::<(String,)>(&mut conn).await
+            })
             .await
             .map(|_| ())
     }
@@ -143,7 +145,7 @@ impl RedisEvents {
         let mut conn = self.redis.conn.clone();
         let (exists, reply): (i64, redis::streams::StreamRangeReply) = self
             .redis
-            .run(async move {
+            .run("event_read", async move {
                 redis::pipe()
                     .cmd("EXISTS")
                     .arg(&key)

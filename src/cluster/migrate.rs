@@ -27,7 +27,9 @@ impl Redis {
         let mut conn = self.conn.clone();
         let key = self.keys.layout();
         let found: Option<u32> = self
-            .run(async move { redis::cmd("GET").arg(&key).query_async(&mut conn).await })
+            .run("layout", async move {
+                redis::cmd("GET").arg(&key).query_async(&mut conn).await
+            })
             .await?;
         let found = found.unwrap_or(0);
         Ok(match found.cmp(&LAYOUT_VERSION) {
@@ -53,7 +55,7 @@ impl Redis {
             let mut conn = self.conn.clone();
             let (layout, migrations) = (self.keys.layout(), self.keys.migrations());
             let changed: i64 = self
-                .run(async move {
+                .run("migrate", async move {
                     redis::Script::new(script)
                         .key(layout)
                         .key(migrations)

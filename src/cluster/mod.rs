@@ -57,26 +57,33 @@ impl Redis {
     }
 
     /// Runs one Redis operation under the timeout; failures become `StoreError::Unavailable`.
+    /// `name` labels the operation in the metrics.
     pub(crate) async fn run<T>(
         &self,
+        name: &'static str,
         op: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.timeout, op).await {
+        let started = std::time::Instant::now();
+        let result = match tokio::time::timeout(self.timeout, op).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(StoreError::Unavailable(describe(&e))),
             Err(_) => Err(StoreError::Unavailable(format!(
                 "no answer within {}ms",
                 self.timeout.as_millis()
             ))),
-        }
+        };
+        crate::metrics::get().observe_redis(name, started.elapsed(), result.is_ok());
+        result
     }
 
     /// Whether Redis answers (readiness).
     pub async fn ping(&self) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
-        self.run(async move { redis::cmd("PING").query_async::<String>(&mut conn).await })
-            .await
-            .map(|_| ())
+        self.run("ping", async move {
+            redis::cmd("PING").query_async::<String>(&mut conn).await
+        })
+        .await
+        .map(|_| ())
     }
 }
 

@@ -39,7 +39,7 @@ impl SessionStore for RedisSessionStore {
         let secs = ttl_secs(ttl);
         let created: (Option<String>, String) = self
             .redis
-            .run(async move {
+            .run("session_create", async move {
                 redis::pipe()
                     .atomic()
                     .cmd("SET")
@@ -74,7 +74,7 @@ impl SessionStore for RedisSessionStore {
         let secs = ttl_secs(ttl);
         let json: Option<String> = self
             .redis
-            .run(async move {
+            .run("session_load", async move {
                 redis::cmd("GETEX")
                     .arg(&session_key)
                     .arg("EX")
@@ -99,7 +99,7 @@ impl SessionStore for RedisSessionStore {
         let secs = ttl_secs(ttl);
         let updated: Option<String> = self
             .redis
-            .run(async move {
+            .run("session_update", async move {
                 redis::cmd("SET")
                     .arg(&session_key)
                     .arg(json)
@@ -120,7 +120,7 @@ impl SessionStore for RedisSessionStore {
         let secs = ttl_secs(ttl);
         let (touched, _): (i64, i64) = self
             .redis
-            .run(async move {
+            .run("session_touch", async move {
                 redis::pipe()
                     .cmd("EXPIRE")
                     .arg(&session_key)
@@ -141,7 +141,7 @@ impl SessionStore for RedisSessionStore {
         let mut conn = self.redis.conn.clone();
         let deleted: i64 = self
             .redis
-            .run(async move {
+            .run("session_delete", async move {
                 redis::cmd("DEL")
                     .arg(&session_key)
                     .query_async(&mut conn)
@@ -154,7 +154,7 @@ impl SessionStore for RedisSessionStore {
             let mut conn = self.redis.conn.clone();
             let _: i64 = self
                 .redis
-                .run(async move {
+                .run("session_delete_owner", async move {
                     redis::cmd("DEL")
                         .arg(&owner_key)
                         .query_async(&mut conn)
@@ -170,7 +170,7 @@ impl SessionStore for RedisSessionStore {
         let mut conn = self.redis.conn.clone();
         let owner: Option<String> = self
             .redis
-            .run(async move {
+            .run("owner_of", async move {
                 redis::cmd("GET")
                     .arg(&owner_key)
                     .query_async(&mut conn)

@@ -70,6 +70,8 @@ pub struct Config {
     pub source: Option<PathBuf>,
     /// Address the MCP listener binds (default `127.0.0.1:8080`).
     pub listen: SocketAddr,
+    /// Address of the admin listener (`/metrics`, `/healthz`, `/readyz`); none when unset.
+    pub admin_listen: Option<SocketAddr>,
     /// HTTPS on the listener when set; plain HTTP otherwise (local dev, behind an ingress).
     pub tls: Option<TlsConfig>,
     pub limits: Limits,

@@ -18,6 +18,7 @@ pub type Field<T> = Option<Sp<T>>;
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     pub listen: Field<String>,
+    pub admin_listen: Field<String>,
     pub tls: Field<RawTls>,
     pub limits: Field<RawLimits>,
     pub sessions: Field<RawSessions>,

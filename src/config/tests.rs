@@ -229,7 +229,7 @@ fn keys_are_not_substituted() {
     let found = errors("${HOST}: 1\n");
     assert_eq!(
         found[0],
-        "test.yaml:1:1: unknown field `${HOST}`, expected one of: listen, tls, limits, sessions, tenants"
+        "test.yaml:1:1: unknown field `${HOST}`, expected one of: listen, admin_listen, tls, limits, sessions, tenants"
     );
 }
 
@@ -458,6 +458,19 @@ fn redis_store_and_stdio_pools() {
         )),
         vec![
             "test.yaml:4:50: tenants[0].upstreams[0].stdio.pool_size: `pool_size` must be from 1 to 64, got 0"
+        ]
+    );
+}
+
+#[test]
+fn admin_listener_is_optional_and_checked() {
+    assert_eq!(ok(MINIMAL).admin_listen, None);
+    let config = ok(&format!("admin_listen: \"0.0.0.0:9090\"\n{MINIMAL}"));
+    assert_eq!(config.admin_listen, Some("0.0.0.0:9090".parse().unwrap()));
+    assert_eq!(
+        errors(&format!("admin_listen: localhost\n{MINIMAL}")),
+        vec![
+            "test.yaml:1:15: admin_listen: invalid listen address \"localhost\": expected IP:port, e.g. 127.0.0.1:8080 or [::]:8080"
         ]
     );
 }

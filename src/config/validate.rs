@@ -127,6 +127,10 @@ pub(super) fn shown(sp: &Sp<String>) -> String {
 /// Validates everything; `Some` only if no problem was found in the raw config.
 pub(super) fn validate(raw: &Sp<RawConfig>, checker: &mut Checker<'_>) -> Option<Config> {
     let root = raw.get()?;
+    let admin_listen = match &root.admin_listen {
+        None => Some(None),
+        Some(_) => listen(checker, &root.admin_listen).map(Some),
+    };
     let listen = listen(checker, &root.listen);
     let limits = limits(checker, &root.limits);
     let sessions = sessions(checker, &root.sessions);
@@ -135,6 +139,7 @@ pub(super) fn validate(raw: &Sp<RawConfig>, checker: &mut Checker<'_>) -> Option
     Some(Config {
         source: None,
         listen: listen?,
+        admin_listen: admin_listen?,
         tls: tls?,
         limits: limits?,
         sessions: sessions?,
@@ -142,6 +147,7 @@ pub(super) fn validate(raw: &Sp<RawConfig>, checker: &mut Checker<'_>) -> Option
     })
 }
 
+/// An `IP:port` field (the MCP listener's default when absent).
 fn listen(checker: &mut Checker<'_>, field: &Field<String>) -> Option<SocketAddr> {
     let text = field
         .as_ref()

@@ -64,6 +64,16 @@ pub enum StreamKind {
     Get,
 }
 
+impl StreamKind {
+    /// The metrics label.
+    pub fn label(self) -> &'static str {
+        match self {
+            StreamKind::Post => "post",
+            StreamKind::Get => "get",
+        }
+    }
+}
+
 /// What a reader found after its position.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Read {
@@ -252,6 +262,10 @@ pub fn tail(
     end: TailEnd,
 ) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
     log.readers.fetch_add(1, Ordering::AcqRel);
+    crate::metrics::get()
+        .sse_streams
+        .with_label_values(&[log.kind.label()])
+        .inc();
     let guard = ReaderGuard(log.clone());
     let state = (guard, after, end, Vec::<Bytes>::new(), false);
     futures_util::stream::unfold(
@@ -314,6 +328,10 @@ struct ReaderGuard(Arc<StreamLog>);
 impl Drop for ReaderGuard {
     fn drop(&mut self) {
         self.0.readers.fetch_sub(1, Ordering::AcqRel);
+        crate::metrics::get()
+            .sse_streams
+            .with_label_values(&[self.0.kind.label()])
+            .dec();
     }
 }
 

@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use super::{guard, headers, sse};
 use crate::auth::Principal;
-use crate::error::GatewayError;
+use crate::error::{ErrorLabel, GatewayError};
 use crate::events::{self, EventId, StreamKind, StreamLog, TailEnd};
 use crate::gateway::Gateway;
 use crate::jsonrpc::{self, Message, ParseError};
@@ -36,13 +36,33 @@ pub async fn handle(
     parts: Parts,
     body: Body,
 ) -> Response<Body> {
+    let started = std::time::Instant::now();
+    let mut label = "unparsed";
     let result = match parts.method {
-        Method::POST => post(&gateway, &tenant, &principal, &parts, body).await,
-        Method::GET => get(&gateway, &tenant, &principal, &parts).await,
-        Method::DELETE => delete(&gateway, &tenant, &principal, &parts).await,
-        _ => Err(GatewayError::MethodNotAllowed),
+        Method::POST => post(&gateway, &tenant, &principal, &parts, body, &mut label).await,
+        Method::GET => {
+            label = "http/get";
+            get(&gateway, &tenant, &principal, &parts).await
+        }
+        Method::DELETE => {
+            label = "http/delete";
+            delete(&gateway, &tenant, &principal, &parts).await
+        }
+        _ => {
+            label = "http/other";
+            Err(GatewayError::MethodNotAllowed)
+        }
     };
-    result.unwrap_or_else(|e| e.into_response(None))
+    let resp = result.unwrap_or_else(|e| e.into_response(None));
+    let outcome = resp.extensions().get::<ErrorLabel>().map_or("ok", |e| e.0);
+    let m = crate::metrics::get();
+    m.requests
+        .with_label_values(&[&tenant.name, label, outcome])
+        .inc();
+    m.request_seconds
+        .with_label_values(&[&tenant.name, label])
+        .observe(started.elapsed().as_secs_f64());
+    resp
 }
 
 async fn post(
@@ -51,6 +71,7 @@ async fn post(
     principal: &Principal,
     parts: &Parts,
     body: Body,
+    label: &mut &'static str,
 ) -> Result<Response<Body>, GatewayError> {
     headers::check_content_type(&parts.headers)?;
     headers::check_post_accept(&parts.headers)?;
@@ -59,6 +80,11 @@ async fn post(
         .await
         .map_err(|_| GatewayError::BodyTooLarge { limit })?;
     let message = jsonrpc::parse(&bytes).map_err(parse_error)?;
+    *label = match &message {
+        Message::Request(r) => crate::protocol::Method::label(&r.method),
+        Message::Notification(n) => crate::protocol::Method::label(&n.method),
+        Message::Response(_) => "response",
+    };
     let user = &*principal.user;
 
     // initialize opens a session: the version comes from its params, not from a header.

@@ -37,6 +37,25 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .layer(trace)
 }
 
+/// The admin listener's routes: Prometheus metrics and the probes (never MCP traffic).
+pub fn admin_router(gateway: Arc<Gateway>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readiness))
+        .with_state(gateway)
+}
+
+async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response<Body> {
+    gateway.refresh_gauges();
+    let mut resp = Response::new(Body::from(crate::metrics::get().render()));
+    resp.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    resp
+}
+
 /// Readiness: 200 while the session store answers, else 503 (load balancers route around the
 /// replica until the store is back; liveness stays `/healthz`).
 async fn readiness(State(gateway): State<Arc<Gateway>>) -> Response<Body> {
@@ -66,7 +85,13 @@ async fn dispatch(State(gateway): State<Arc<Gateway>>, req: Request) -> Response
     let (parts, body) = req.into_parts();
     let principal = match guard::admit(&gateway, &tenant, &parts).await {
         Ok(p) => p,
-        Err(e) => return e.into_response(None),
+        Err(e) => {
+            crate::metrics::get()
+                .auth_failures
+                .with_label_values(&[&tenant.name, e.label()])
+                .inc();
+            return e.into_response(None);
+        }
     };
     endpoint::handle(gateway, tenant, principal, parts, body).await
 }

@@ -26,6 +26,36 @@ pub enum Method<'a> {
 }
 
 impl<'a> Method<'a> {
+    /// A bounded label for metrics: the method's name if it is one of the known set, else
+    /// `other` (a client cannot grow a label set by inventing methods).
+    pub fn label(name: &str) -> &'static str {
+        const KNOWN: [&str; 18] = [
+            "initialize",
+            "ping",
+            "server/discover",
+            "tools/list",
+            "tools/call",
+            "prompts/list",
+            "prompts/get",
+            "resources/list",
+            "resources/templates/list",
+            "resources/read",
+            "resources/subscribe",
+            "resources/unsubscribe",
+            "completion/complete",
+            "logging/setLevel",
+            "notifications/initialized",
+            "notifications/cancelled",
+            "notifications/progress",
+            "notifications/roots/list_changed",
+        ];
+        KNOWN
+            .iter()
+            .find(|k| **k == name)
+            .copied()
+            .unwrap_or("other")
+    }
+
     pub fn from_name(name: &'a str) -> Method<'a> {
         match name {
             "initialize" => Method::Initialize,

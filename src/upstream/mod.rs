@@ -34,6 +34,8 @@ use stdio::StdioLink;
 #[derive(Debug)]
 pub struct UpstreamInfo {
     pub name: Arc<str>,
+    /// The tenant it belongs to (metrics labels).
+    pub tenant: Arc<str>,
     /// Position in the tenant's upstream list (the session's link slot).
     pub index: usize,
     pub request_timeout: Duration,
@@ -91,6 +93,7 @@ enum UpstreamKind {
 impl Upstream {
     /// Builds the upstream; a shared stdio upstream starts its process right away.
     pub fn start(
+        tenant: &str,
         config: &UpstreamConfig,
         index: usize,
         limits: &Limits,
@@ -99,6 +102,7 @@ impl Upstream {
     ) -> Result<Arc<Upstream>, String> {
         let info = Arc::new(UpstreamInfo {
             name: config.name.as_str().into(),
+            tenant: tenant.into(),
             index,
             request_timeout: config.request_timeout,
             max_request_timeout: config.max_request_timeout,

@@ -212,6 +212,10 @@ async fn supervise(conn: Weak<Connection>, init_timeout: Duration, max_line: usi
             backoff = initial;
         }
         l.restarts.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::get()
+            .stdio_restarts
+            .with_label_values(&[&*name])
+            .inc();
         tracing::warn!(upstream = %name, reason = %reason, backoff_ms = backoff.as_millis() as u64, "stdio upstream down; restarting");
         l.state.send_replace(LinkState::Down {
             reason: reason.into(),
@@ -225,6 +229,22 @@ async fn supervise(conn: Weak<Connection>, init_timeout: Duration, max_line: usi
     }
     if let Some(c) = conn.upgrade() {
         link(&c).state.send_replace(LinkState::Closed);
+    }
+}
+
+/// Counts a running child in `switchyard_stdio_processes` for as long as it lives.
+struct RunningProcess;
+
+impl RunningProcess {
+    fn counted() -> RunningProcess {
+        crate::metrics::get().stdio_processes.inc();
+        RunningProcess
+    }
+}
+
+impl Drop for RunningProcess {
+    fn drop(&mut self) {
+        crate::metrics::get().stdio_processes.dec();
     }
 }
 
@@ -248,6 +268,7 @@ async fn run_once(
         Ok(c) => c,
         Err(e) => return RunEnd::Exited(format!("failed to start {:?}: {e}", config.command)),
     };
+    let _running = RunningProcess::counted();
     let pid = child.id().unwrap_or(0);
     let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let (Some(stdin), Some(stdout), Some(stderr)) = (stdin, stdout, stderr) else {

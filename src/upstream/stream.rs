@@ -40,6 +40,9 @@ struct Inner {
     hard_deadline: Instant,
     max: Duration,
     session: Weak<LiveSession>,
+    started: Instant,
+    /// How the request ended, for the metrics (`ok`, `failed`, `timeout`, `cancelled`).
+    outcome: &'static str,
 }
 
 impl ForwardStream {
@@ -64,6 +67,8 @@ impl ForwardStream {
                 hard_deadline: now + max,
                 max,
                 session,
+                started: now,
+                outcome: "cancelled",
             }),
         }
     }
@@ -92,14 +97,21 @@ impl Inner {
                     StreamItem::Message(b)
                 }
                 Some(StreamEvent::Message(b)) => StreamItem::Message(b),
-                Some(StreamEvent::Response(b)) => StreamItem::Final(b),
-                Some(StreamEvent::Failed(e)) => StreamItem::Final(e.to_jsonrpc(Some(&self.client_id))),
+                Some(StreamEvent::Response(b)) => {
+                    self.outcome = "ok";
+                    StreamItem::Final(b)
+                }
+                Some(StreamEvent::Failed(e)) => {
+                    self.outcome = "failed";
+                    StreamItem::Final(e.to_jsonrpc(Some(&self.client_id)))
+                }
                 None => StreamItem::Cancelled,
             },
             _ = tokio::time::sleep_until(deadline) => {
                 let after = if hard { self.max } else { self.idle };
                 self.conn.cancel(self.upstream_id, "the gateway's request timeout elapsed");
                 tracing::warn!(upstream = %self.conn.upstream_name(), timeout_ms = after.as_millis() as u64, "upstream request timed out; cancellation sent");
+                self.outcome = "timeout";
                 let err = GatewayError::UpstreamTimeout {
                     upstream: self.conn.upstream_name().to_owned(),
                     after,
@@ -110,6 +122,14 @@ impl Inner {
     }
 
     fn finish(self) {
+        let (m, info) = (crate::metrics::get(), &self.conn.info);
+        let labels = [&*info.tenant, &*info.name];
+        m.upstream_seconds
+            .with_label_values(&labels)
+            .observe(self.started.elapsed().as_secs_f64());
+        m.upstream_calls
+            .with_label_values(&[labels[0], labels[1], self.outcome])
+            .inc();
         if let Some(session) = self.session.upgrade() {
             session.end_inflight(&self.client_id);
         }

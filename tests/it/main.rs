@@ -8,6 +8,7 @@ mod auth;
 mod catalog;
 mod cluster;
 mod conformance;
+mod metrics;
 mod oidc_harness;
 mod origin_host;
 mod process;

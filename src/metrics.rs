@@ -1,0 +1,193 @@
+//! Prometheus metrics of the process, served by the admin listener at `/metrics`. Label sets
+//! are bounded by construction: tenants and upstreams come from the config, methods from the
+//! fixed MCP method set (anything else is `other`), outcomes and reasons from fixed lists.
+//! No user ids, session ids, tool names or arguments are ever labels.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// Latency buckets (seconds) for client requests and upstream calls: 1 ms to 5 min.
+const LATENCY: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+/// Redis operations: 0.1 ms to 2.5 s.
+const REDIS_LATENCY: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5,
+];
+
+pub struct Metrics {
+    registry: Registry,
+    /// `switchyard_requests_total{tenant, method, outcome}`.
+    pub requests: IntCounterVec,
+    /// `switchyard_request_duration_seconds{tenant, method}` (to the response head).
+    pub request_seconds: HistogramVec,
+    /// `switchyard_upstream_calls_total{tenant, upstream, outcome}`.
+    pub upstream_calls: IntCounterVec,
+    /// `switchyard_upstream_call_duration_seconds{tenant, upstream}`.
+    pub upstream_seconds: HistogramVec,
+    /// `switchyard_sessions_active{tenant}` (live on this replica).
+    pub sessions: IntGaugeVec,
+    /// `switchyard_sse_streams_open{kind}` (clients listening now).
+    pub sse_streams: IntGaugeVec,
+    /// `switchyard_stdio_processes` (running children).
+    pub stdio_processes: IntGauge,
+    /// `switchyard_stdio_restarts_total{upstream}`.
+    pub stdio_restarts: IntCounterVec,
+    /// `switchyard_auth_failures_total{tenant, reason}`.
+    pub auth_failures: IntCounterVec,
+    /// `switchyard_redis_operation_duration_seconds{op}`.
+    pub redis_seconds: HistogramVec,
+    /// `switchyard_redis_errors_total{op}`.
+    pub redis_errors: IntCounterVec,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// The process's metrics.
+pub fn get() -> &'static Metrics {
+    &METRICS
+}
+
+fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(c.clone())).expect("unique metric");
+    c
+}
+
+fn histogram(r: &Registry, name: &str, help: &str, labels: &[&str], b: &[f64]) -> HistogramVec {
+    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(b.to_vec()), labels)
+        .expect("valid metric");
+    r.register(Box::new(h.clone())).expect("unique metric");
+    h
+}
+
+fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(g.clone())).expect("unique metric");
+    g
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let r = Registry::new();
+        let stdio_processes = IntGauge::new(
+            "switchyard_stdio_processes",
+            "Stdio upstream child processes running.",
+        )
+        .expect("valid metric");
+        r.register(Box::new(stdio_processes.clone()))
+            .expect("unique metric");
+        Metrics {
+            requests: counter(
+                &r,
+                "switchyard_requests_total",
+                "Client messages handled, by tenant, MCP method and outcome.",
+                &["tenant", "method", "outcome"],
+            ),
+            request_seconds: histogram(
+                &r,
+                "switchyard_request_duration_seconds",
+                "Time from a client request to its response head (JSON body or SSE start).",
+                &["tenant", "method"],
+                LATENCY,
+            ),
+            upstream_calls: counter(
+                &r,
+                "switchyard_upstream_calls_total",
+                "Requests forwarded to upstreams, by outcome (ok, error, timeout, failed).",
+                &["tenant", "upstream", "outcome"],
+            ),
+            upstream_seconds: histogram(
+                &r,
+                "switchyard_upstream_call_duration_seconds",
+                "Time from forwarding a request to the upstream's response.",
+                &["tenant", "upstream"],
+                LATENCY,
+            ),
+            sessions: gauge(
+                &r,
+                "switchyard_sessions_active",
+                "Sessions live on this replica.",
+                &["tenant"],
+            ),
+            sse_streams: gauge(
+                &r,
+                "switchyard_sse_streams_open",
+                "SSE streams with a client listening, by kind (post, get, resumed).",
+                &["kind"],
+            ),
+            stdio_processes,
+            stdio_restarts: counter(
+                &r,
+                "switchyard_stdio_restarts_total",
+                "Restarts of stdio upstream processes after unexpected exits.",
+                &["upstream"],
+            ),
+            auth_failures: counter(
+                &r,
+                "switchyard_auth_failures_total",
+                "Requests refused by the security front, by reason.",
+                &["tenant", "reason"],
+            ),
+            redis_seconds: histogram(
+                &r,
+                "switchyard_redis_operation_duration_seconds",
+                "Redis operations, by operation.",
+                &["op"],
+                REDIS_LATENCY,
+            ),
+            redis_errors: counter(
+                &r,
+                "switchyard_redis_errors_total",
+                "Redis operations that failed or timed out, by operation.",
+                &["op"],
+            ),
+            registry: r,
+        }
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16 * 1024);
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            tracing::warn!(error = %e, "metrics could not be encoded");
+        }
+        out
+    }
+
+    pub fn observe_redis(&self, op: &str, took: Duration, ok: bool) {
+        self.redis_seconds
+            .with_label_values(&[op])
+            .observe(took.as_secs_f64());
+        if !ok {
+            self.redis_errors.with_label_values(&[op]).inc();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_the_series_it_was_given() {
+        let m = get();
+        m.requests
+            .with_label_values(&["unit-tenant", "tools/call", "ok"])
+            .inc();
+        m.observe_redis("unit-op", Duration::from_millis(2), false);
+        let text = String::from_utf8(m.render()).unwrap_or_default();
+        assert!(text.contains(
+            "switchyard_requests_total{method=\"tools/call\",outcome=\"ok\",tenant=\"unit-tenant\"} 1"
+        ));
+        assert!(text.contains("switchyard_redis_errors_total{op=\"unit-op\"} 1"));
+        assert!(text.contains(
+            "switchyard_redis_operation_duration_seconds_bucket{op=\"unit-op\",le=\"0.0025\"} 1"
+        ));
+    }
+}
