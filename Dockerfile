@@ -4,11 +4,16 @@
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 # Dependencies first, so source edits do not rebuild them.
+# (The workspace's load generator only needs its manifest here; it is not built.)
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
-    && cargo build --release --locked && rm -rf src
+COPY loadtest/Cargo.toml loadtest/Cargo.toml
+RUN mkdir -p src loadtest/src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
+    && echo 'fn main() {}' > loadtest/src/main.rs \
+    && cargo build --release --locked -p switchyard && rm -rf src
 COPY src ./src
-RUN touch src/main.rs src/lib.rs && cargo build --release --locked \
+# Redis keyspace migrations are compiled into the binary.
+COPY migrations ./migrations
+RUN touch src/main.rs src/lib.rs && cargo build --release --locked -p switchyard \
     && strip target/release/switchyard
 
 FROM debian:bookworm-slim
