@@ -177,12 +177,31 @@ async fn three_replicas_continue_one_upstream_session_and_delete_ends_it_everywh
     other.initialize().await;
     assert_ne!(other.session, first.session);
 
-    // DELETE on replica 1 ends it everywhere, at once.
+    // DELETE on replica 1 removes the record at once and ends the live state everywhere as
+    // soon as the other replicas get the broadcast (pub/sub: milliseconds).
     let r = clients[1].delete().await;
     assert_eq!(r.status, 200, "{r:?}");
+    let mut conn = redis.conn().await;
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("three:v1:sess:*")
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS");
+    assert_eq!(
+        left.len(),
+        1,
+        "only the other session's record is left: {left:?}"
+    );
     for c in &clients {
-        let r = c.request("ping", json!({})).await;
-        assert_eq!(r.status, 404, "{r:?}");
+        let mut status = 0;
+        for _ in 0..50 {
+            status = c.request("ping", json!({})).await.status;
+            if status == 404 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(status, 404, "the session ended on every replica within 1s");
     }
     // ... and only that session.
     assert_eq!(other.request("ping", json!({})).await.status, 200);
