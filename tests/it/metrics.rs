@@ -58,7 +58,9 @@ async fn metrics_after_real_traffic() {
     let mut c = RawClient::new(gw.url("metrics-t"));
     c.initialize().await;
     assert_eq!(c.request("tools/list", json!({})).await.status, 200);
-    // tools/list fetches the upstream's page (an upstream call), then two tool calls.
+    // One upstream, no prefix: tool calls are forwarded as they are, the unknown one too (the
+    // upstream answers it with its own -32602): three upstream calls, three `ok` exchanges.
+    // (The list is fetched by the catalog, outside the per-request metrics.)
     let r = c.call_tool("echo", json!({"message": "m"})).await;
     assert!(r.last()["result"].is_object());
     let r = c
