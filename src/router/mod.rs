@@ -279,13 +279,28 @@ async fn forward(
         .forward(method, params, client_id, Arc::downgrade(session), shape)
         .await?;
     session.begin_inflight(client_id, conn.clone(), upstream_id);
-    Ok(Reply::Stream(ForwardStream::new(
+    let stream = ForwardStream::new(
         rx,
         conn,
         upstream_id,
         client_id.to_owned(),
         Arc::downgrade(session),
-    )))
+    );
+    // Every tool call leaves an audit event when it ends.
+    let tool = (method == "tools/call")
+        .then(|| {
+            params.and_then(|p| {
+                RawObject::parse(p)
+                    .ok()?
+                    .get_str("name")
+                    .map(|n| n.into_owned())
+            })
+        })
+        .flatten();
+    Ok(Reply::Stream(match tool {
+        Some(t) => stream.audited(t),
+        None => stream,
+    }))
 }
 
 async fn list(

@@ -43,6 +43,8 @@ struct Inner {
     started: Instant,
     /// How the request ended, for the metrics (`ok`, `failed`, `timeout`, `cancelled`).
     outcome: &'static str,
+    /// The tool of a `tools/call` (its upstream's own name): an audit event at the end.
+    audit_tool: Option<Box<str>>,
 }
 
 impl ForwardStream {
@@ -69,8 +71,17 @@ impl ForwardStream {
                 session,
                 started: now,
                 outcome: "cancelled",
+                audit_tool: None,
             }),
         }
+    }
+
+    /// Logs an audit event for this tool call when it ends.
+    pub fn audited(mut self, tool: String) -> ForwardStream {
+        if let Some(inner) = self.inner.as_mut() {
+            inner.audit_tool = Some(tool.into());
+        }
+        self
     }
 
     /// The next item; `None` once the final item has been returned.
@@ -130,7 +141,21 @@ impl Inner {
         m.upstream_calls
             .with_label_values(&[labels[0], labels[1], self.outcome])
             .inc();
-        if let Some(session) = self.session.upgrade() {
+        let session = self.session.upgrade();
+        if let Some(tool) = &self.audit_tool {
+            let user = session.as_ref().map(|s| s.key.user.clone());
+            tracing::info!(
+                target: "switchyard::audit",
+                tenant = %info.tenant,
+                user = user.as_deref().unwrap_or("-"),
+                tool = %tool,
+                upstream = %info.name,
+                outcome = self.outcome,
+                duration_ms = self.started.elapsed().as_millis() as u64,
+                "tool call"
+            );
+        }
+        if let Some(session) = session {
             session.end_inflight(&self.client_id);
         }
     }

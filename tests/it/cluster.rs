@@ -440,8 +440,10 @@ async fn a_stolen_session_id_is_404_on_every_replica_and_logged() {
         );
         assert_eq!(m.delete().await.status, 404);
     }
-    // Alice's session survived every attempt.
+    // Alice's session survived every attempt, and her tool call is audited.
     assert_eq!(alice.request("ping", json!({})).await.status, 200);
+    let r = alice.call_tool("echo", json!({"message": "audited"})).await;
+    assert_eq!(text(&r), "audited");
     assert_eq!(alice_b.request("ping", json!({})).await.status, 200);
 
     let logs = b.stop().await + &a.stop().await;
@@ -455,6 +457,32 @@ async fn a_stolen_session_id_is_404_on_every_replica_and_logged() {
         "each stolen-id request is a security event: {events:?}\n{logs}"
     );
     assert!(events.iter().all(|e| e["level"] == "WARN"), "{events:?}");
+    let audits: Vec<Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["target"] == "switchyard::audit")
+        .collect();
+    assert_eq!(audits.len(), 1, "one audit event per tool call: {audits:?}");
+    let audit = &audits[0];
+    assert_eq!(
+        (
+            &audit["tenant"],
+            &audit["tool"],
+            &audit["upstream"],
+            &audit["outcome"]
+        ),
+        (
+            &json!("acme"),
+            &json!("echo"),
+            &json!("remote"),
+            &json!("ok")
+        ),
+        "{audit}"
+    );
+    // The user as the gateway keys it: a pseudonymous digest of issuer + subject.
+    let user = audit["user"].as_str().unwrap_or_default();
+    assert!(user.starts_with("u-") && user.len() > 10, "{audit}");
+    assert!(audit["duration_ms"].is_u64(), "{audit}");
     assert!(
         !logs.contains(&stolen),
         "the full session id never reaches the logs"
