@@ -24,5 +24,8 @@ RUN apt-get update \
 COPY --from=build /src/target/release/switchyard /usr/local/bin/switchyard
 USER 10001:10001
 EXPOSE 8080
+# Liveness of the MCP listener (the image has no curl: the binary probes itself).
+HEALTHCHECK --interval=10s --timeout=5s --start-period=5s --retries=3 \
+    CMD ["/usr/local/bin/switchyard", "probe", "--url", "http://127.0.0.1:8080/healthz"]
 ENTRYPOINT ["/usr/local/bin/switchyard"]
 CMD ["run", "--config", "/etc/switchyard/gateway.yaml"]

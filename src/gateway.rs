@@ -316,6 +316,36 @@ impl Gateway {
         self.store.ping().await
     }
 
+    /// Readiness in full: the store, and the standing upstream processes judged by each
+    /// tenant's failure policy (`closed`: every shared process must be up; `open`: reported
+    /// only). Per-session and HTTP upstreams connect on demand and are not probed.
+    pub async fn readiness(&self) -> Readiness {
+        let store = self.store.ping().await.err().map(|e| e.to_string());
+        let mut down = Vec::new();
+        let mut ready = store.is_none();
+        for t in self.tenants.values() {
+            for u in t.upstreams.iter() {
+                let up = u.pool().iter().filter(|c| c.is_ready()).count();
+                if up < u.pool().len() {
+                    let closed = t.config.failure_policy == crate::config::FailurePolicy::Closed;
+                    ready &= !closed;
+                    down.push(format!(
+                        "{}/{}: {up} of {} processes up{}",
+                        t.name,
+                        u.name(),
+                        u.pool().len(),
+                        if closed {
+                            " (failure policy closed)"
+                        } else {
+                            ""
+                        }
+                    ));
+                }
+            }
+        }
+        Readiness { ready, store, down }
+    }
+
     /// A message from another replica about a session live here.
     fn on_bus(self: &Arc<Self>, msg: BusMessage) {
         let to = msg.target();
@@ -427,6 +457,16 @@ impl Gateway {
             SessionBackend::Redis(_) => Ending::Release,
         }
     }
+}
+
+/// What `/readyz` reports.
+#[derive(Debug)]
+pub struct Readiness {
+    pub ready: bool,
+    /// Why the session store is unavailable, if it is.
+    pub store: Option<String>,
+    /// Upstreams with processes down: `tenant/upstream: n of m processes up`.
+    pub down: Vec<String>,
 }
 
 /// Held by a request's event pump; the gateway's drain waits for all of them.

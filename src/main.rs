@@ -1,6 +1,6 @@
-//! Command line: `run` the gateway, `check` a config, `migrate` the Redis keyspace, run the
-//! `demo`, or run the bundled `demo-server` upstream. Parses arguments, sets up logging, and
-//! hands built values to the library.
+//! Command line: `run` the gateway, `check` a config, `migrate` the Redis keyspace, `probe` a
+//! health endpoint, run the `demo`, or run the bundled `demo-server` upstream. Parses
+//! arguments, sets up logging, and hands built values to the library.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -46,6 +46,11 @@ enum Command {
     Migrate {
         #[arg(long, short)]
         config: PathBuf,
+    },
+    /// Probe a health endpoint (container health checks): exit 0 on a 2xx answer within 3s.
+    Probe {
+        #[arg(long, default_value = "http://127.0.0.1:8080/healthz")]
+        url: String,
     },
     /// Run the demo: the bundled demo upstream over HTTP, and the gateway on config/demo.yaml
     /// (which also runs the demo upstream as a stdio child).
@@ -99,6 +104,7 @@ fn main() -> ExitCode {
             Command::Run { config, listen } => run(&config, listen).await,
             Command::Check { config } => check(&config),
             Command::Migrate { config } => migrate(&config).await,
+            Command::Probe { url } => probe(&url).await,
             Command::Demo { config, listen } => run_demo(&config, listen).await,
             Command::DemoServer {
                 stdio,
@@ -176,6 +182,31 @@ async fn migrate(path: &Path) -> ExitCode {
         }
         Err(e) => {
             tracing::error!(error = %e, "migration failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn probe(url: &str) -> ExitCode {
+    switchyard::app::install_crypto_provider();
+    let client = match reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(3))
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build an HTTP client");
+            return ExitCode::FAILURE;
+        }
+    };
+    match client.get(url).send().await {
+        Ok(r) if r.status().is_success() => ExitCode::SUCCESS,
+        Ok(r) => {
+            tracing::error!(status = r.status().as_u16(), "probe failed");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "probe failed");
             ExitCode::FAILURE
         }
     }

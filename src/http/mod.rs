@@ -59,16 +59,21 @@ async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response<Body> {
 /// Readiness: 200 while the session store answers, else 503 (load balancers route around the
 /// replica until the store is back; liveness stays `/healthz`).
 async fn readiness(State(gateway): State<Arc<Gateway>>) -> Response<Body> {
-    match gateway.ready().await {
-        Ok(()) => plain(StatusCode::OK, "ready\n"),
-        Err(e) => {
-            tracing::warn!(error = %e, "not ready");
-            plain(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "not ready: session store unavailable\n",
-            )
-        }
+    let r = gateway.readiness().await;
+    let mut text = String::from(if r.ready { "ready\n" } else { "not ready\n" });
+    if let Some(e) = &r.store {
+        tracing::warn!(error = %e, "not ready: session store unavailable");
+        text.push_str("session store unavailable\n");
     }
+    for d in &r.down {
+        text.push_str(d);
+        text.push('\n');
+    }
+    let mut resp = Response::new(Body::from(text));
+    if !r.ready {
+        *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    }
+    resp
 }
 
 /// Finds the tenant whose endpoint (or protected-resource metadata) path matches, else 404.

@@ -293,6 +293,15 @@ impl Connection {
         }
     }
 
+    /// Whether the link carries requests now (stdio: handshake done; HTTP: always, as its
+    /// sessions open on demand).
+    pub fn is_ready(&self) -> bool {
+        match &self.link {
+            Link::Stdio(l) => matches!(l.state(), LinkState::Ready),
+            Link::Http(_) => true,
+        }
+    }
+
     /// The child process id of a stdio connection (diagnostics and tests).
     pub fn pid(&self) -> Option<u32> {
         match &self.link {

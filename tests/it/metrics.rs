@@ -178,3 +178,46 @@ async fn metrics_after_real_traffic() {
     assert!(!text.contains("no-such-tool"));
     gw.stop().await;
 }
+
+/// `/readyz` judges standing upstream processes by the tenant's failure policy, and
+/// `switchyard probe` (the container health check) follows the status.
+#[tokio::test]
+async fn readiness_follows_the_failure_policy_and_the_probe_follows_readiness() {
+    use switchyard::config::FailurePolicy;
+    let broken = || {
+        let mut s = crate::support::config::stdio("/nonexistent/switchyard-test-upstream", &[]);
+        s.sharing = switchyard::config::StdioSharing::Shared;
+        upstream("broken", UpstreamTransport::Stdio(s))
+    };
+    let probe = |url: String| async move {
+        tokio::process::Command::new(crate::support::config::gateway_exe())
+            .args(["probe", "--url", &url])
+            .output()
+            .await
+            .expect("probe runs")
+            .status
+            .success()
+    };
+    for (policy, ready) in [(FailurePolicy::Open, true), (FailurePolicy::Closed, false)] {
+        let mut t = tenant("ready-t", vec![broken()]);
+        t.failure_policy = policy;
+        let gw = TestGateway::start(config(vec![t])).await;
+        let url = format!("http://{}/readyz", gw.addr);
+        // Give the process a moment to fail its start.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let resp = reqwest::get(&url).await.expect("readyz");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("body");
+        assert_eq!(status, if ready { 200 } else { 503 }, "{policy:?}: {text}");
+        assert!(
+            text.contains("ready-t/broken: 0 of 1 processes up"),
+            "{text}"
+        );
+        assert_eq!(probe(url).await, ready, "{policy:?}");
+        assert!(
+            probe(format!("http://{}/healthz", gw.addr)).await,
+            "alive either way"
+        );
+        gw.stop().await;
+    }
+}
