@@ -160,6 +160,17 @@ impl Metrics {
         out
     }
 
+    /// One request to an upstream ended: `outcome` is `ok` (an answer, whatever it says),
+    /// `failed`, `timeout` or `cancelled`.
+    pub fn observe_upstream(&self, tenant: &str, upstream: &str, took: Duration, outcome: &str) {
+        self.upstream_seconds
+            .with_label_values(&[tenant, upstream])
+            .observe(took.as_secs_f64());
+        self.upstream_calls
+            .with_label_values(&[tenant, upstream, outcome])
+            .inc();
+    }
+
     pub fn observe_redis(&self, op: &str, took: Duration, ok: bool) {
         self.redis_seconds
             .with_label_values(&[op])

@@ -251,7 +251,20 @@ impl Connection {
         timeout: Duration,
     ) -> Result<InternalReply, GatewayError> {
         self.ready(timeout).await?;
-        self.call_inner(method, params, timeout).await
+        let started = std::time::Instant::now();
+        let reply = self.call_inner(method, params, timeout).await;
+        let outcome = match &reply {
+            Ok(_) => "ok",
+            Err(GatewayError::UpstreamTimeout { .. }) => "timeout",
+            Err(_) => "failed",
+        };
+        crate::metrics::get().observe_upstream(
+            &self.info.tenant,
+            &self.info.name,
+            started.elapsed(),
+            outcome,
+        );
+        reply
     }
 
     /// Like [`Connection::call`] but without waiting for readiness: the handshake itself.

@@ -133,14 +133,13 @@ impl Inner {
     }
 
     fn finish(self) {
-        let (m, info) = (crate::metrics::get(), &self.conn.info);
-        let labels = [&*info.tenant, &*info.name];
-        m.upstream_seconds
-            .with_label_values(&labels)
-            .observe(self.started.elapsed().as_secs_f64());
-        m.upstream_calls
-            .with_label_values(&[labels[0], labels[1], self.outcome])
-            .inc();
+        let info = &self.conn.info;
+        crate::metrics::get().observe_upstream(
+            &info.tenant,
+            &info.name,
+            self.started.elapsed(),
+            self.outcome,
+        );
         let session = self.session.upgrade();
         if let Some(tool) = &self.audit_tool {
             let user = session.as_ref().map(|s| s.key.user.clone());

@@ -59,8 +59,8 @@ async fn metrics_after_real_traffic() {
     c.initialize().await;
     assert_eq!(c.request("tools/list", json!({})).await.status, 200);
     // One upstream, no prefix: tool calls are forwarded as they are, the unknown one too (the
-    // upstream answers it with its own -32602): three upstream calls, three `ok` exchanges.
-    // (The list is fetched by the catalog, outside the per-request metrics.)
+    // upstream answers it with its own -32602): three `ok` exchanges; with the list page the
+    // catalog fetched, four upstream calls.
     let r = c.call_tool("echo", json!({"message": "m"})).await;
     assert!(r.last()["result"].is_object());
     let r = c
@@ -138,14 +138,14 @@ async fn metrics_after_real_traffic() {
             &all,
             &format!("switchyard_upstream_calls_total{{outcome=\"ok\",{t},upstream=\"demo\"}}")
         ),
-        3.0
+        4.0
     );
     assert_eq!(
         value(
             &all,
             &format!("switchyard_upstream_call_duration_seconds_count{{{t},upstream=\"demo\"}}")
         ),
-        3.0
+        4.0
     );
     assert!(
         value(
