@@ -48,7 +48,7 @@ pub async fn serve(
     };
     if let Ok(addr) = listener.local_addr() {
         let scheme = if tls.is_some() { "https" } else { "http" };
-        for tenant in gateway.tenants() {
+        for tenant in gateway.tenants().iter() {
             tracing::info!(tenant = %tenant.name, url = %format!("{scheme}://{addr}{}", tenant.config.path), "MCP endpoint ready");
         }
     }

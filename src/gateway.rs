@@ -1,11 +1,13 @@
 //! `Gateway`: the running state shared by every request — tenants, the session store, the bus
 //! to the other replicas — and the session lifecycle: create, find (also sessions another
-//! replica created), persist, expire, delete.
+//! replica created), persist, expire, delete. A config reload swaps the tenant table whole
+//! (`apply`); requests read it without locks.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use tokio::sync::watch;
 
@@ -17,14 +19,16 @@ use crate::session::{
     LiveSession, SessionBackend, SessionId, SessionKey, SessionStore, StoreError,
 };
 use crate::tenant::Tenant;
-use crate::upstream::Ending;
+use crate::upstream::{Ending, UpstreamId};
 
 /// The user of requests on tenants without authentication.
 pub const ANONYMOUS: &str = "anonymous";
 
 pub struct Gateway {
-    tenants: HashMap<String, Arc<Tenant>>,
-    tenants_by_name: HashMap<String, Arc<Tenant>>,
+    /// The tenants being served, swapped whole by a config reload.
+    tenants: ArcSwap<TenantTable>,
+    /// The config last applied (what a reload is compared with); also serializes reloads.
+    applied: tokio::sync::Mutex<Config>,
     pub store: SessionBackend,
     pub bus: Arc<Bus>,
     pub session_ttl: Duration,
@@ -35,6 +39,61 @@ pub struct Gateway {
     bus_listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Forwarded requests whose events are still being recorded (drained at shutdown).
     pumps: Arc<Pumps>,
+}
+
+/// The tenants of one config, by endpoint path and by name.
+#[derive(Default)]
+pub struct TenantTable {
+    by_path: HashMap<String, Arc<Tenant>>,
+    by_name: HashMap<String, Arc<Tenant>>,
+}
+
+impl TenantTable {
+    fn new(tenants: Vec<Arc<Tenant>>) -> TenantTable {
+        TenantTable {
+            by_path: tenants
+                .iter()
+                .map(|t| (t.config.path.clone(), t.clone()))
+                .collect(),
+            by_name: tenants
+                .into_iter()
+                .map(|t| (t.name.to_string(), t))
+                .collect(),
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Tenant>> {
+        self.by_name.values()
+    }
+
+    pub fn by_name(&self, name: &str) -> Option<&Arc<Tenant>> {
+        self.by_name.get(name)
+    }
+}
+
+/// What a config reload changed.
+#[derive(Debug, Default)]
+pub struct ReloadReport {
+    pub tenants_added: Vec<String>,
+    pub tenants_removed: Vec<String>,
+    /// `tenant/upstream` of every upstream built anew (added, or its config changed).
+    pub upstreams_started: Vec<String>,
+    /// `tenant/upstream` of every upstream taken out of service (removed, or replaced).
+    pub upstreams_retired: Vec<String>,
+    /// Tenants whose settings other than upstreams changed (policies, auth, hosts, ...).
+    pub tenants_changed: Vec<String>,
+    /// Settings that differ from the running ones but take effect only on a restart.
+    pub needs_restart: Vec<&'static str>,
+}
+
+impl ReloadReport {
+    pub fn is_empty(&self) -> bool {
+        self.tenants_added.is_empty()
+            && self.tenants_removed.is_empty()
+            && self.upstreams_started.is_empty()
+            && self.upstreams_retired.is_empty()
+            && self.tenants_changed.is_empty()
+    }
 }
 
 /// The count of request pumps running, and a wake-up when it reaches zero.
@@ -79,15 +138,11 @@ impl Gateway {
         let tenants = config
             .tenants
             .iter()
-            .map(|t| Ok((t.path.clone(), Tenant::start(t, &config.limits)?)))
-            .collect::<Result<HashMap<_, _>, String>>()?;
-        let tenants_by_name = tenants
-            .values()
-            .map(|t| (t.name.to_string(), t.clone()))
-            .collect();
+            .map(|t| Tenant::start(t, &config.limits))
+            .collect::<Result<Vec<_>, String>>()?;
         let gateway = Arc::new(Gateway {
-            tenants,
-            tenants_by_name,
+            tenants: ArcSwap::from_pointee(TenantTable::new(tenants)),
+            applied: tokio::sync::Mutex::new(config.clone()),
             store,
             bus: bus.clone(),
             session_ttl: config.sessions.ttl,
@@ -109,8 +164,8 @@ impl Gateway {
         Ok(gateway)
     }
 
-    pub fn tenant_by_path(&self, path: &str) -> Option<&Arc<Tenant>> {
-        self.tenants.get(path)
+    pub fn tenant_by_path(&self, path: &str) -> Option<Arc<Tenant>> {
+        self.tenants.load().by_path.get(path).cloned()
     }
 
     pub fn listens_on_loopback(&self) -> bool {
@@ -118,15 +173,112 @@ impl Gateway {
     }
 
     /// The tenant whose endpoint path is `path` minus the RFC 9728 well-known prefix.
-    pub fn tenant_by_metadata_path(&self, path: &str) -> Option<&Arc<Tenant>> {
+    pub fn tenant_by_metadata_path(&self, path: &str) -> Option<Arc<Tenant>> {
         let rest = path.strip_prefix(crate::auth::METADATA_PREFIX)?;
-        self.tenants.get(rest)
+        self.tenant_by_path(rest)
     }
 
-    pub fn tenants(&self) -> impl Iterator<Item = &Arc<Tenant>> {
-        self.tenants.values()
+    /// The tenants being served now (a snapshot: a reload does not change it).
+    pub fn tenants(&self) -> Arc<TenantTable> {
+        self.tenants.load_full()
     }
 
+    /// Applies a new, validated config to the running gateway without dropping sessions:
+    /// tenants are added, rebuilt or removed; within a tenant, unchanged upstreams keep running
+    /// as they are, new ones start, and removed or changed ones are retired (live sessions let
+    /// go of them, and clients are told their lists changed). Settings that need a restart
+    /// (listeners, TLS files, limits, the session store) are reported, not applied. On error
+    /// nothing changes.
+    pub async fn apply(&self, config: &Config) -> Result<ReloadReport, String> {
+        let mut applied = self.applied.lock().await;
+        let mut report = ReloadReport {
+            needs_restart: restart_only_changes(&applied, config),
+            ..ReloadReport::default()
+        };
+        let old = self.tenants.load_full();
+        let mut next = Vec::with_capacity(config.tenants.len());
+        let mut rebuilt = Vec::new();
+        let mut fresh: Vec<Arc<Tenant>> = Vec::new();
+        for tc in &config.tenants {
+            let built = match old.by_name(&tc.name) {
+                Some(t) if t.config == *tc => Ok(t.clone()),
+                Some(t) => t.rebuild(tc, &self.limits).map(|(new, retired)| {
+                    rebuilt.push((t.clone(), new.clone(), retired));
+                    new
+                }),
+                None => Tenant::start(tc, &self.limits).inspect(|t| fresh.push(t.clone())),
+            };
+            match built {
+                Ok(t) => next.push(t),
+                Err(e) => {
+                    // Undo: whatever this attempt started stops again.
+                    for t in fresh {
+                        t.shutdown(Ending::End).await;
+                    }
+                    for (old_t, new_t, _) in rebuilt {
+                        for u in new_t.upstreams.iter() {
+                            if !old_t.upstreams.iter().any(|o| Arc::ptr_eq(o, u)) {
+                                u.retire().await;
+                            }
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let removed: Vec<Arc<Tenant>> = old
+            .iter()
+            .filter(|t| !config.tenants.iter().any(|tc| *tc.name == *t.name))
+            .cloned()
+            .collect();
+        self.tenants.store(Arc::new(TenantTable::new(next)));
+
+        report.tenants_added = fresh.iter().map(|t| t.name.to_string()).collect();
+        for (old_t, new_t, retired) in rebuilt {
+            let qualified =
+                |u: &Arc<crate::upstream::Upstream>| format!("{}/{}", new_t.name, u.name());
+            let started: Vec<String> = new_t
+                .upstreams
+                .iter()
+                .filter(|u| !old_t.upstreams.iter().any(|o| Arc::ptr_eq(o, u)))
+                .map(qualified)
+                .collect();
+            let lists_changed = !started.is_empty()
+                || !retired.is_empty()
+                || old_t.config.tool_policies != new_t.config.tool_policies;
+            if started.is_empty() && retired.is_empty() {
+                report.tenants_changed.push(new_t.name.to_string());
+            }
+            report.upstreams_started.extend(started);
+            report
+                .upstreams_retired
+                .extend(retired.iter().map(qualified));
+            let keep: Vec<UpstreamId> = new_t.upstreams.iter().map(|u| u.info.id).collect();
+            // Sessions let go of retired upstreams first, so none is left on a stopped process.
+            for u in &retired {
+                u.mark_retired();
+            }
+            let sessions = new_t.directory.all();
+            futures_util::future::join_all(sessions.iter().map(|s| s.drop_links_except(&keep)))
+                .await;
+            futures_util::future::join_all(retired.iter().map(|u| u.retire())).await;
+            if lists_changed {
+                for method in LIST_CHANGED {
+                    new_t
+                        .directory
+                        .broadcast(&Bytes::from(crate::jsonrpc::notification(method, None)));
+                }
+            }
+        }
+        for t in &removed {
+            report.tenants_removed.push(t.name.to_string());
+            crate::metrics::get().forget_tenant(&t.name);
+            // Its endpoint is gone: its sessions end here (records expire by their TTL).
+            t.shutdown(Ending::End).await;
+        }
+        *applied = config.clone();
+        Ok(report)
+    }
     /// Resolves a presented session id for `user` on `tenant`: live on this replica, or
     /// created elsewhere and loaded from the store. Unknown, expired, deleted, or belonging to
     /// someone else all look the same: `SessionNotFound` (the last is logged as a security
@@ -201,12 +353,7 @@ impl Gateway {
             self.report_foreign_id(tenant, &key.id).await;
             return Err(GatewayError::SessionNotFound);
         };
-        let session = Arc::new(LiveSession::from_record(
-            key,
-            record,
-            tenant.upstreams.len(),
-            self.bus.clone(),
-        ));
+        let session = Arc::new(LiveSession::from_record(key, record, self.bus.clone()));
         tracing::info!(tenant = %tenant.name, session = ?session.key.id, replica = %self.bus.replica, "session continued on this replica");
         // Two requests racing here keep one live state.
         Ok(tenant.directory.insert_or_get(session))
@@ -275,7 +422,7 @@ impl Gateway {
     /// stored records of sessions with an open stream alive. Returns how many ended.
     pub async fn expire_idle(&self) -> usize {
         let mut ended = 0;
-        for tenant in self.tenants.values() {
+        for tenant in self.tenants().iter() {
             for s in tenant.directory.all() {
                 if s.is_attached() {
                     // Listening is activity: the record must not expire under an open stream.
@@ -304,7 +451,7 @@ impl Gateway {
     /// Sets the gauges that are read off current state at scrape time.
     pub fn refresh_gauges(&self) {
         let m = crate::metrics::get();
-        for t in self.tenants.values() {
+        for t in self.tenants().iter() {
             m.sessions
                 .with_label_values(&[&*t.name])
                 .set(i64::try_from(t.directory.len()).unwrap_or(i64::MAX));
@@ -323,7 +470,7 @@ impl Gateway {
         let store = self.store.ping().await.err().map(|e| e.to_string());
         let mut down = Vec::new();
         let mut ready = store.is_none();
-        for t in self.tenants.values() {
+        for t in self.tenants().iter() {
             for u in t.upstreams.iter() {
                 let up = u.pool().iter().filter(|c| c.is_ready()).count();
                 if up < u.pool().len() {
@@ -349,7 +496,7 @@ impl Gateway {
     /// A message from another replica about a session live here.
     fn on_bus(self: &Arc<Self>, msg: BusMessage) {
         let to = msg.target();
-        let Some(tenant) = self.tenants_by_name.get(&to.tenant).cloned() else {
+        let Some(tenant) = self.tenants.load().by_name(&to.tenant).cloned() else {
             return;
         };
         let Some(id) = SessionId::from_presented(&to.session) else {
@@ -446,7 +593,8 @@ impl Gateway {
             task.abort();
         }
         let ending = self.store_ending();
-        futures_util::future::join_all(self.tenants.values().map(|t| t.shutdown(ending))).await;
+        let tenants = self.tenants();
+        futures_util::future::join_all(tenants.iter().map(|t| t.shutdown(ending))).await;
     }
 
     /// How live state ends when only this replica lets go: with a shared store the session
@@ -483,6 +631,37 @@ impl Drop for PumpGuard {
             self.0.idle.notify_waiters();
         }
     }
+}
+
+/// The notifications that tell clients to fetch their lists again after a reload.
+const LIST_CHANGED: [&str; 3] = [
+    "notifications/tools/list_changed",
+    "notifications/prompts/list_changed",
+    "notifications/resources/list_changed",
+];
+
+/// The settings that differ between `running` and `next` but apply only at startup.
+fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if running.listen != next.listen {
+        out.push("listen");
+    }
+    if running.admin_listen != next.admin_listen {
+        out.push("admin_listen");
+    }
+    if running.tls != next.tls {
+        out.push("tls");
+    }
+    if running.limits != next.limits {
+        out.push("limits");
+    }
+    if running.sessions != next.sessions {
+        out.push("sessions");
+    }
+    if running.telemetry != next.telemetry {
+        out.push("telemetry");
+    }
+    out
 }
 
 fn store_unavailable(e: StoreError) -> GatewayError {

@@ -1,6 +1,6 @@
 //! Command line: `run` the gateway, `check` a config, `migrate` the Redis keyspace, `probe` a
 //! health endpoint, run the `demo`, or run the bundled `demo-server` upstream. Parses
-//! arguments, sets up logging, and hands built values to the library.
+//! arguments, sets up logs and traces, and hands built values to the library.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,6 +8,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use switchyard::config::{self, Config};
 use switchyard::demo::{self, DemoOptions};
+use switchyard::reload::{self, ConfigSource};
+use switchyard::telemetry;
 use tokio::net::TcpListener;
 
 #[derive(Parser)]
@@ -35,6 +37,10 @@ enum Command {
         /// Overrides `listen` from the config.
         #[arg(long)]
         listen: Option<String>,
+        /// How often (seconds) the config file is checked for changes, which are validated and
+        /// applied without a restart; 0 turns polling off (SIGHUP still reloads).
+        #[arg(long, default_value_t = 5.0)]
+        reload_poll: f64,
     },
     /// Validate a routing config and exit (status 1 with every error listed).
     Check {
@@ -59,6 +65,9 @@ enum Command {
         config: PathBuf,
         #[arg(long)]
         listen: Option<String>,
+        /// As for `run`.
+        #[arg(long, default_value_t = 5.0)]
+        reload_poll: f64,
     },
     /// Run the bundled demo MCP server (an upstream for demos and tests).
     DemoServer {
@@ -88,55 +97,75 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    let format = match cli.log_format {
+        LogFormat::Text => telemetry::LogFormat::Text,
+        LogFormat::Json => telemetry::LogFormat::Json,
+    };
+    match cli.command {
+        Command::Run {
+            config,
+            listen,
+            reload_poll,
+        } => gateway_main(
+            format,
+            ConfigSource::file(&config),
+            listen,
+            reload_poll,
+            None,
+        ),
+        Command::Demo {
+            config,
+            listen,
+            reload_poll,
+        } => demo_main(format, &config, listen, reload_poll),
+        other => {
+            telemetry::init_logs(format);
+            let Some(runtime) = runtime() else {
+                return ExitCode::FAILURE;
+            };
+            runtime.block_on(tool(other))
+        }
+    }
+}
+
+fn runtime() -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
-        Ok(rt) => rt,
+        Ok(rt) => Some(rt),
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");
-            return ExitCode::FAILURE;
+            None
         }
-    };
-    runtime.block_on(async move {
-        match cli.command {
-            Command::Run { config, listen } => run(&config, listen).await,
-            Command::Check { config } => check(&config),
-            Command::Migrate { config } => migrate(&config).await,
-            Command::Probe { url } => probe(&url).await,
-            Command::Demo { config, listen } => run_demo(&config, listen).await,
-            Command::DemoServer {
-                stdio,
-                http,
+    }
+}
+
+/// The commands that serve no tenants.
+async fn tool(command: Command) -> ExitCode {
+    match command {
+        Command::Check { config } => check(&config),
+        Command::Migrate { config } => migrate(&config).await,
+        Command::Probe { url } => probe(&url).await,
+        Command::DemoServer {
+            stdio,
+            http,
+            name,
+            test_tools,
+            stubborn,
+            conformance,
+            trace,
+        } => {
+            let opts = DemoOptions {
                 name,
                 test_tools,
                 stubborn,
                 conformance,
-                trace,
-            } => {
-                let opts = DemoOptions {
-                    name,
-                    test_tools,
-                    stubborn,
-                    conformance,
-                    trace_file: trace,
-                };
-                demo_server(stdio, http, opts).await
-            }
+                trace_file: trace,
+            };
+            demo_server(stdio, http, opts).await
         }
-    })
-}
-
-fn init_logging(format: LogFormat) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
+        Command::Run { .. } | Command::Demo { .. } => ExitCode::FAILURE,
     }
 }
 
@@ -212,23 +241,69 @@ async fn probe(url: &str) -> ExitCode {
     }
 }
 
-async fn run(path: &Path, listen: Option<String>) -> ExitCode {
-    let Some(mut config) = load(path) else {
-        return ExitCode::FAILURE;
-    };
+/// Loads the config from `source` (with `--listen` applied), sets up logs and traces as it
+/// says, and serves it, reloading it when the file changes. With `demo`, the bundled demo
+/// upstream is served over HTTP next to the gateway.
+fn gateway_main(
+    format: telemetry::LogFormat,
+    mut source: ConfigSource,
+    listen: Option<String>,
+    reload_poll: f64,
+    demo: Option<std::net::TcpListener>,
+) -> ExitCode {
     if let Some(addr) = listen {
         match addr.parse() {
-            Ok(a) => config.listen = a,
+            Ok(a) => source.override_listen(a),
             Err(e) => {
-                tracing::error!(listen = %addr, error = %e, "invalid --listen address");
+                eprint_lines(&format!("invalid --listen address {addr}: {e}"));
                 return ExitCode::FAILURE;
             }
         }
     }
-    serve(config).await
+    let poll = if reload_poll == 0.0 {
+        None
+    } else if reload_poll.is_finite() && reload_poll > 0.0 {
+        Some(std::time::Duration::from_secs_f64(reload_poll))
+    } else {
+        eprint_lines("--reload-poll must be a number of seconds >= 0");
+        return ExitCode::FAILURE;
+    };
+    let (config, digest) = match source.load() {
+        Ok(loaded) => loaded,
+        Err(errors) => {
+            eprint_lines(&errors.to_string());
+            return ExitCode::FAILURE;
+        }
+    };
+    let telemetry = telemetry::init(format, &config.telemetry);
+    let code = match runtime() {
+        Some(rt) => rt.block_on(async move {
+            let demo = match demo.map(serve_demo_upstream).transpose() {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot serve the demo upstream");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let code = serve(config, digest, source, poll).await;
+            if let Some((stop, task)) = demo {
+                let _ = stop.send(());
+                let _ = task.await;
+            }
+            code
+        }),
+        None => ExitCode::FAILURE,
+    };
+    telemetry.shutdown();
+    code
 }
 
-async fn serve(config: Config) -> ExitCode {
+async fn serve(
+    config: Config,
+    digest: reload::Digest,
+    source: ConfigSource,
+    poll: Option<std::time::Duration>,
+) -> ExitCode {
     let gateway = match switchyard::app::build(&config).await {
         Ok(g) => g,
         Err(e) => {
@@ -236,6 +311,7 @@ async fn serve(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    tokio::spawn(reload::watch(gateway.clone(), source, digest, poll));
     if let Some(addr) = config.admin_listen {
         match TcpListener::bind(addr).await {
             Ok(l) => {
@@ -285,68 +361,61 @@ async fn shutdown_signal() {
 /// The demo: the demo upstream over HTTP in this process, then the gateway on the demo config.
 /// The config names the upstream's URL and this executable through `${DEMO_HTTP_URL}` and
 /// `${SWITCHYARD_EXE}`, set here.
-async fn run_demo(path: &Path, listen: Option<String>) -> ExitCode {
-    let upstream = match TcpListener::bind("127.0.0.1:0").await {
+fn demo_main(
+    format: telemetry::LogFormat,
+    path: &Path,
+    listen: Option<String>,
+    reload_poll: f64,
+) -> ExitCode {
+    let upstream = match std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+    {
         Ok(l) => l,
         Err(e) => {
-            tracing::error!(error = %e, "cannot bind the demo upstream");
+            eprint_lines(&format!("cannot bind the demo upstream: {e}"));
             return ExitCode::FAILURE;
         }
     };
-    let Ok(upstream_addr) = upstream.local_addr() else {
-        return ExitCode::FAILURE;
-    };
-    let exe = match std::env::current_exe() {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot locate this executable");
+    let (upstream_addr, exe) = match (upstream.local_addr(), std::env::current_exe()) {
+        (Ok(a), Ok(exe)) => (a, exe),
+        (Err(e), _) | (_, Err(e)) => {
+            eprint_lines(&format!("cannot prepare the demo: {e}"));
             return ExitCode::FAILURE;
         }
     };
     // The two values reach the loader through its variable lookup (no process-wide set_var).
-    let url = format!("http://{upstream_addr}/mcp");
+    let demo_url = format!("http://{upstream_addr}/mcp");
     let exe_text = exe.display().to_string();
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::error!(config = %path.display(), error = %e, "cannot read the demo config");
-            return ExitCode::FAILURE;
-        }
-    };
-    let lookup = |name: &str| match name {
-        "DEMO_HTTP_URL" => Some(url.clone()),
-        "SWITCHYARD_EXE" => Some(exe_text.clone()),
-        other => std::env::var(other).ok(),
-    };
-    let mut config = match config::parse(&text, &path.display().to_string(), &lookup) {
-        Ok(c) => c,
-        Err(errors) => {
-            eprint_lines(&errors.to_string());
-            return ExitCode::FAILURE;
-        }
-    };
-    if let Some(addr) = listen {
-        match addr.parse() {
-            Ok(a) => config.listen = a,
-            Err(e) => {
-                tracing::error!(listen = %addr, error = %e, "invalid --listen address");
-                return ExitCode::FAILURE;
-            }
-        }
-    }
+    let source = ConfigSource::with_lookup(
+        path,
+        std::sync::Arc::new(move |name: &str| match name {
+            "DEMO_HTTP_URL" => Some(demo_url.clone()),
+            "SWITCHYARD_EXE" => Some(exe_text.clone()),
+            other => std::env::var(other).ok(),
+        }),
+    );
+    gateway_main(format, source, listen, reload_poll, Some(upstream))
+}
+
+/// Serves the demo upstream on `listener` until the returned sender fires.
+fn serve_demo_upstream(
+    listener: std::net::TcpListener,
+) -> std::io::Result<(
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+)> {
+    let listener = TcpListener::from_std(listener)?;
+    let url = format!("http://{}/mcp", listener.local_addr()?);
     let opts = DemoOptions {
         name: "switchyard-demo-http".into(),
         ..DemoOptions::default()
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let demo = tokio::spawn(demo::serve_http(upstream, opts, async move {
+    let task = tokio::spawn(demo::serve_http(listener, opts, async move {
         let _ = stop_rx.await;
     }));
     tracing::info!(url = %url, "demo upstream (HTTP) ready");
-    let code = serve(config).await;
-    let _ = stop_tx.send(());
-    let _ = demo.await;
-    code
+    Ok((stop_tx, task))
 }
 
 async fn demo_server(stdio: bool, http: Option<String>, opts: DemoOptions) -> ExitCode {

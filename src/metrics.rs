@@ -44,6 +44,8 @@ pub struct Metrics {
     pub redis_seconds: HistogramVec,
     /// `switchyard_redis_errors_total{op}`.
     pub redis_errors: IntCounterVec,
+    /// `switchyard_config_reloads_total{outcome}`: `applied`, `unchanged` or `rejected`.
+    pub config_reloads: IntCounterVec,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -147,8 +149,19 @@ impl Metrics {
                 "Redis operations that failed or timed out, by operation.",
                 &["op"],
             ),
+            config_reloads: counter(
+                &r,
+                "switchyard_config_reloads_total",
+                "Routing config reloads, by outcome (applied, unchanged, rejected).",
+                &["outcome"],
+            ),
             registry: r,
         }
+    }
+
+    /// Drops the per-tenant gauge of a tenant a config reload removed.
+    pub fn forget_tenant(&self, tenant: &str) {
+        let _ = self.sessions.remove_label_values(&[tenant]);
     }
 
     /// The text exposition of every metric.

@@ -1,5 +1,6 @@
 //! `Tenant`: one endpoint's runtime — its upstreams, its live sessions on this replica, and
-//! the naming rules that join upstream names to tool names.
+//! the naming rules that join upstream names to tool names — and its rebuild when a config
+//! reload changes it.
 
 use std::sync::Arc;
 
@@ -7,7 +8,7 @@ use bytes::Bytes;
 use dashmap::DashMap;
 
 use crate::auth::Authenticator;
-use crate::config::{Limits, PrefixMode, TenantConfig};
+use crate::config::{Limits, PrefixMode, TenantConfig, UpstreamConfig};
 use crate::policy::ToolPolicies;
 use crate::router::CursorKey;
 use crate::session::{LiveSession, SessionId};
@@ -68,10 +69,11 @@ pub struct Tenant {
     pub directory: Arc<SessionDirectory>,
     /// Whether names are prefixed with `<upstream><separator>` (from the prefix mode).
     pub prefixed: bool,
-    /// Signs the composite cursors of aggregated lists.
-    pub cursor_key: CursorKey,
+    /// Signs the composite cursors of aggregated lists (kept across reloads: cursors already
+    /// given out stay valid).
+    pub cursor_key: Arc<CursorKey>,
     /// Validates bearer tokens; `None` when the tenant has no `auth`.
-    pub authenticator: Option<Authenticator>,
+    pub authenticator: Option<Arc<Authenticator>>,
     /// Who may use which tools.
     pub policies: ToolPolicies,
 }
@@ -79,7 +81,28 @@ pub struct Tenant {
 impl Tenant {
     /// Builds the tenant and starts its shared upstream processes.
     pub fn start(config: &TenantConfig, limits: &Limits) -> Result<Arc<Tenant>, String> {
-        let directory = Arc::new(SessionDirectory::default());
+        Ok(Tenant::build(config, limits, None)?.0)
+    }
+
+    /// The tenant as `config` now describes it, continuing `self`: the same live sessions,
+    /// cursor key and (unless `auth` changed) token validator; every upstream whose config
+    /// and naming are unchanged is kept as it is (its processes, upstream sessions and cached
+    /// lists), the others are built anew. Returns the new tenant and the upstreams it no
+    /// longer has (still running: the caller retires them).
+    pub fn rebuild(
+        &self,
+        config: &TenantConfig,
+        limits: &Limits,
+    ) -> Result<(Arc<Tenant>, Vec<Arc<Upstream>>), String> {
+        Tenant::build(config, limits, Some(self))
+    }
+
+    fn build(
+        config: &TenantConfig,
+        limits: &Limits,
+        previous: Option<&Tenant>,
+    ) -> Result<(Arc<Tenant>, Vec<Arc<Upstream>>), String> {
+        let directory = previous.map_or_else(Arc::default, |p| p.directory.clone());
         let prefixed = match config.prefix.mode {
             PrefixMode::Always => true,
             PrefixMode::Never => false,
@@ -89,35 +112,71 @@ impl Tenant {
             prefixed,
             separator: &config.prefix.separator,
         };
-        let upstreams = config
-            .upstreams
-            .iter()
-            .enumerate()
-            .map(|(i, u)| {
-                Upstream::start(
-                    &config.name,
-                    u,
-                    i,
-                    limits,
-                    naming,
-                    Arc::downgrade(&directory),
-                )
-                .map_err(|e| format!("tenant {:?}, upstream {:?}: {e}", config.name, u.name))
+        // An upstream is kept when nothing that shapes it changed: its own config and how the
+        // tenant names its items.
+        let keep = |u: &UpstreamConfig| {
+            let p = previous?;
+            if p.prefixed != prefixed || p.config.prefix.separator != config.prefix.separator {
+                return None;
+            }
+            p.upstreams.iter().find(|old| old.config == *u).cloned()
+        };
+        let mut started: Vec<Arc<Upstream>> = Vec::new();
+        let mut upstreams = Vec::with_capacity(config.upstreams.len());
+        for u in &config.upstreams {
+            if let Some(kept) = keep(u) {
+                upstreams.push(kept);
+                continue;
+            }
+            match Upstream::start(&config.name, u, limits, naming, Arc::downgrade(&directory)) {
+                Ok(new) => {
+                    started.push(new.clone());
+                    upstreams.push(new);
+                }
+                Err(e) => {
+                    // Nothing of a failed build may keep running.
+                    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                        rt.spawn(async move {
+                            for s in started {
+                                s.retire().await;
+                            }
+                        });
+                    }
+                    return Err(format!(
+                        "tenant {:?}, upstream {:?}: {e}",
+                        config.name, u.name
+                    ));
+                }
+            }
+        }
+        let retired = previous
+            .map(|p| {
+                p.upstreams
+                    .iter()
+                    .filter(|old| !upstreams.iter().any(|u| Arc::ptr_eq(u, old)))
+                    .cloned()
+                    .collect()
             })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Arc::new(Tenant {
+            .unwrap_or_default();
+        let authenticator = match previous {
+            Some(p) if p.config.auth == config.auth => p.authenticator.clone(),
+            _ => config
+                .auth
+                .as_ref()
+                .map(|a| Arc::new(Authenticator::new(a, auth_http_client()))),
+        };
+        let tenant = Arc::new(Tenant {
             name: config.name.as_str().into(),
             config: config.clone(),
             upstreams: upstreams.into(),
             directory,
             prefixed,
-            cursor_key: CursorKey::random(),
-            authenticator: config
-                .auth
-                .as_ref()
-                .map(|a| Authenticator::new(a, auth_http_client())),
+            cursor_key: previous
+                .map_or_else(|| Arc::new(CursorKey::random()), |p| p.cursor_key.clone()),
+            authenticator,
             policies: ToolPolicies::new(&config.tool_policies),
-        }))
+        });
+        Ok((tenant, retired))
     }
 
     /// Whether the tenant is a transparent proxy for a single upstream: no names to rewrite,

@@ -64,7 +64,7 @@ pub fn parse(
 
 /// The whole validated configuration. Built only by [`load`] / [`parse`]; every field has already
 /// been checked, so the rest of the gateway never re-validates.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Where the config came from (for messages); `None` for in-memory sources.
     pub source: Option<PathBuf>,
@@ -76,12 +76,25 @@ pub struct Config {
     pub tls: Option<TlsConfig>,
     pub limits: Limits,
     pub sessions: SessionConfig,
+    pub telemetry: TelemetryConfig,
     /// At least one tenant; names and paths unique.
     pub tenants: Vec<TenantConfig>,
 }
 
+/// OpenTelemetry traces. The standard `OTEL_*` environment variables apply on top (and can
+/// turn tracing on without this section); see `telemetry::Settings`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TelemetryConfig {
+    /// OTLP/HTTP collector base URL (`/v1/traces` is appended); `None`: no export.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the exported spans.
+    pub service_name: Option<String>,
+    /// Share of new traces recorded (parent-based: a client's sampled flag is followed).
+    pub sample_ratio: Option<f64>,
+}
+
 /// TLS termination with rustls. The files are watched and reloaded when they change.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TlsConfig {
     /// PEM certificate chain (leaf first).
     pub cert: PathBuf,
@@ -92,7 +105,7 @@ pub struct TlsConfig {
 }
 
 /// Size bounds applied to client and upstream input.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
     /// Largest accepted client POST body (default 4 MiB). Larger → 413.
     pub max_body_bytes: usize,
@@ -101,7 +114,7 @@ pub struct Limits {
 }
 
 /// Client session settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SessionConfig {
     /// Idle time after which a session expires (sliding; default 30 minutes).
     pub ttl: Duration,
@@ -109,7 +122,7 @@ pub struct SessionConfig {
 }
 
 /// Where session records live.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum StoreConfig {
     /// In-process store, the zero-setup default (one replica).
     Memory,
@@ -118,7 +131,7 @@ pub enum StoreConfig {
 }
 
 /// A Redis server (standalone; see the README for Sentinel and Cluster).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RedisConfig {
     /// `redis://[user:password@]host:port[/db]`, `rediss://` for TLS. May hold a password.
     pub url: Secret,
@@ -129,7 +142,7 @@ pub struct RedisConfig {
 }
 
 /// One tenant: one MCP endpoint in front of its upstreams.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TenantConfig {
     /// `[a-z0-9][a-z0-9-]*`, unique.
     pub name: String,
@@ -161,7 +174,7 @@ pub struct TenantConfig {
 }
 
 /// Validation of audience-bound JWT access tokens.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AuthConfig {
     /// The authorization server's issuer identifier (`iss` of accepted tokens).
     pub issuer: String,
@@ -196,7 +209,7 @@ pub enum JwtAlgorithm {
 }
 
 /// Who may use which tools.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ToolPolicy {
     /// Public tool names or glob patterns (`*` matches any run of characters).
     pub tools: Vec<String>,
@@ -216,7 +229,7 @@ pub enum FailurePolicy {
 }
 
 /// `serverInfo` and `instructions` of a tenant endpoint.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServerIdentity {
     pub name: String,
     pub version: String,
@@ -225,7 +238,7 @@ pub struct ServerIdentity {
 }
 
 /// How upstream names are joined to the names of their tools, prompts and resources.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PrefixConfig {
     pub mode: PrefixMode,
     /// Default `__`. Only characters allowed in tool names (`A-Za-z0-9_.-`).
@@ -243,7 +256,7 @@ pub enum PrefixMode {
 }
 
 /// One upstream MCP server of a tenant.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamConfig {
     /// Unique within the tenant; `[A-Za-z0-9_.-]+` and not containing the separator.
     pub name: String,
@@ -257,14 +270,14 @@ pub struct UpstreamConfig {
 }
 
 /// Closed set of upstream transports.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum UpstreamTransport {
     Stdio(StdioConfig),
     Http(HttpConfig),
 }
 
 /// A child process speaking newline-delimited JSON-RPC on stdin/stdout.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StdioConfig {
     pub command: String,
     pub args: Vec<String>,
@@ -291,7 +304,7 @@ pub enum StdioSharing {
 }
 
 /// Restart backoff after a stdio child exits unexpectedly.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RestartPolicy {
     /// First delay (default 100ms); doubles up to `max_backoff`.
     pub initial_backoff: Duration,
@@ -300,7 +313,7 @@ pub struct RestartPolicy {
 }
 
 /// A remote Streamable HTTP MCP server.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct HttpConfig {
     /// `http` or `https` URL of the upstream's MCP endpoint.
     pub url: String,
@@ -314,7 +327,7 @@ pub struct HttpConfig {
 }
 
 /// The OAuth 2.0 client-credentials grant (RFC 6749 §4.4) for an upstream.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ClientCredentials {
     pub token_url: String,
     pub client_id: String,

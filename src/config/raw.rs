@@ -22,7 +22,16 @@ pub struct RawConfig {
     pub tls: Field<RawTls>,
     pub limits: Field<RawLimits>,
     pub sessions: Field<RawSessions>,
+    pub telemetry: Field<RawTelemetry>,
     pub tenants: Field<Vec<Sp<RawTenant>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTelemetry {
+    pub otlp_endpoint: Field<String>,
+    pub service_name: Field<String>,
+    pub sample_ratio: Field<f64>,
 }
 
 #[derive(Deserialize)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::error::ConfigError;
 use super::raw::{
     Dur, Field, RawConfig, RawFailurePolicy, RawLimits, RawPrefixMode, RawRedis, RawSessions,
-    RawStore, RawTenant, Size,
+    RawStore, RawTelemetry, RawTenant, Size,
 };
 use super::rules;
 use super::spanned::{Loc, Sp};
@@ -17,7 +17,7 @@ use super::units::{format_duration, format_size};
 use super::validate_security::TenantPath;
 use super::{
     Config, FailurePolicy, Limits, PrefixConfig, PrefixMode, RedisConfig, Secret, ServerIdentity,
-    SessionConfig, StoreConfig, TenantConfig,
+    SessionConfig, StoreConfig, TelemetryConfig, TenantConfig,
 };
 
 pub(super) const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -135,6 +135,7 @@ pub(super) fn validate(raw: &Sp<RawConfig>, checker: &mut Checker<'_>) -> Option
     let limits = limits(checker, &root.limits);
     let sessions = sessions(checker, &root.sessions);
     let tls = super::validate_security::tls(checker, &root.tls);
+    let telemetry = telemetry(checker, &root.telemetry);
     let tenants = tenants(checker, &root.tenants, &raw.loc);
     Some(Config {
         source: None,
@@ -143,7 +144,56 @@ pub(super) fn validate(raw: &Sp<RawConfig>, checker: &mut Checker<'_>) -> Option
         tls: tls?,
         limits: limits?,
         sessions: sessions?,
+        telemetry: telemetry?,
         tenants: tenants?,
+    })
+}
+
+/// `telemetry: {otlp_endpoint, service_name, sample_ratio}`.
+fn telemetry(checker: &mut Checker<'_>, field: &Field<RawTelemetry>) -> Option<TelemetryConfig> {
+    let Some(raw) = section(field).ok()? else {
+        return Some(TelemetryConfig::default());
+    };
+    let mut ok = true;
+    let otlp_endpoint = raw.otlp_endpoint.as_ref().and_then(|sp| {
+        let url = sp.get()?;
+        if let Err(e) = rules::upstream_url(url) {
+            checker.error(&sp.loc, format!("invalid collector URL {}: {e}", shown(sp)));
+            ok = false;
+        }
+        Some(url.clone())
+    });
+    let service_name = raw.service_name.as_ref().and_then(|sp| {
+        let name = sp.get()?;
+        if name.trim().is_empty() {
+            checker.error(&sp.loc, "must not be empty");
+            ok = false;
+        }
+        Some(name.clone())
+    });
+    let sample_ratio = raw.sample_ratio.as_ref().and_then(|sp| {
+        let ratio = *sp.get()?;
+        if !(0.0..=1.0).contains(&ratio) {
+            checker.error(
+                &sp.loc,
+                format!("must be between 0 and 1 (the share of traces recorded), not {ratio}"),
+            );
+            ok = false;
+        }
+        Some(ratio)
+    });
+    let all_parsed = [
+        raw.otlp_endpoint.as_ref().map(|s| s.get().is_some()),
+        raw.service_name.as_ref().map(|s| s.get().is_some()),
+        raw.sample_ratio.as_ref().map(|s| s.get().is_some()),
+    ]
+    .into_iter()
+    .flatten()
+    .all(|parsed| parsed);
+    (ok && all_parsed).then_some(TelemetryConfig {
+        otlp_endpoint,
+        service_name,
+        sample_ratio,
     })
 }
 

@@ -164,6 +164,40 @@ fn a_bad_list_item_does_not_hide_the_next_ones() {
 }
 
 #[test]
+fn telemetry_section() {
+    let base = upstreams(&["{name: u, http: {url: \"http://127.0.0.1:9/mcp\"}}"]);
+    let c = ok(&base);
+    assert_eq!(c.telemetry, Default::default(), "off unless configured");
+    let c = ok(&format!(
+        "telemetry:\n  otlp_endpoint: http://127.0.0.1:4318\n  service_name: edge\n  sample_ratio: 0.25\n{base}"
+    ));
+    assert_eq!(
+        c.telemetry.otlp_endpoint.as_deref(),
+        Some("http://127.0.0.1:4318")
+    );
+    assert_eq!(c.telemetry.service_name.as_deref(), Some("edge"));
+    assert_eq!(c.telemetry.sample_ratio, Some(0.25));
+    assert_eq!(
+        errors(&format!(
+            "telemetry:\n  otlp_endpoint: grpc://collector:4317\n  sample_ratio: 2\n  service_name: \" \"\n{base}"
+        )),
+        vec![
+            "t.yaml:2:18: telemetry.otlp_endpoint: invalid collector URL \"grpc://collector:4317\": the URL scheme must be http or https, not \"grpc\"",
+            "t.yaml:3:17: telemetry.sample_ratio: must be between 0 and 1 (the share of traces recorded), not 2",
+            "t.yaml:4:17: telemetry.service_name: must not be empty",
+        ]
+    );
+    assert_eq!(
+        errors(&format!(
+            "telemetry:\n  otlp_endpiont: http://c:4318\n{base}"
+        )),
+        vec![
+            "t.yaml:2:3: telemetry: unknown field `otlp_endpiont`, did you mean `otlp_endpoint`? expected one of: otlp_endpoint, service_name, sample_ratio"
+        ]
+    );
+}
+
+#[test]
 fn document_shapes() {
     assert_eq!(
         errors(""),
@@ -176,7 +210,7 @@ fn document_shapes() {
     assert_eq!(
         errors("- a\n"),
         vec![
-            "t.yaml:1:1: expected a mapping with fields listen, admin_listen, tls, limits, sessions, tenants; found a list"
+            "t.yaml:1:1: expected a mapping with fields listen, admin_listen, tls, limits, sessions, telemetry, tenants; found a list"
         ]
     );
     assert_eq!(

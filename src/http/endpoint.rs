@@ -9,6 +9,8 @@ use axum::body::Body;
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, Response, StatusCode, header};
 use bytes::Bytes;
+use serde_json::value::RawValue;
+use tracing::Instrument;
 
 use super::{guard, headers, sse};
 use crate::auth::Principal;
@@ -20,6 +22,7 @@ use crate::protocol::ProtocolVersion;
 use crate::protocol::header as mcp;
 use crate::router::{self, Reply};
 use crate::session::LiveSession;
+use crate::telemetry;
 use crate::tenant::Tenant;
 use crate::upstream::{ForwardStream, StreamItem};
 
@@ -28,7 +31,8 @@ const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
 /// The reconnection delay suggested to clients in priming events.
 const RECONNECT_AFTER: Duration = Duration::from_millis(1000);
 
-/// Entry point for a request whose path is a tenant's endpoint, from an admitted caller.
+/// Entry point for a request whose path is a tenant's endpoint, from an admitted caller. Each
+/// exchange runs in a request span (logs' context, and the server span of a trace).
 pub async fn handle(
     gateway: Arc<Gateway>,
     tenant: Arc<Tenant>,
@@ -37,16 +41,28 @@ pub async fn handle(
     body: Body,
 ) -> Response<Body> {
     let started = std::time::Instant::now();
+    let span = telemetry::request_span(&tenant.name, parts.method.as_str());
     let mut label = "unparsed";
     let result = match parts.method {
-        Method::POST => post(&gateway, &tenant, &principal, &parts, body, &mut label).await,
+        Method::POST => {
+            post(
+                &gateway, &tenant, &principal, &parts, body, &mut label, &span,
+            )
+            .await
+        }
         Method::GET => {
             label = "http/get";
-            get(&gateway, &tenant, &principal, &parts).await
+            traced(&span, None, &parts);
+            get(&gateway, &tenant, &principal, &parts)
+                .instrument(span.clone())
+                .await
         }
         Method::DELETE => {
             label = "http/delete";
-            delete(&gateway, &tenant, &principal, &parts).await
+            traced(&span, None, &parts);
+            delete(&gateway, &tenant, &principal, &parts)
+                .instrument(span.clone())
+                .await
         }
         _ => {
             label = "http/other";
@@ -55,6 +71,10 @@ pub async fn handle(
     };
     let resp = result.unwrap_or_else(|e| e.into_response(None));
     let outcome = resp.extensions().get::<ErrorLabel>().map_or("ok", |e| e.0);
+    span.record("http.response.status_code", resp.status().as_u16());
+    if outcome != "ok" {
+        telemetry::record_error(&span, outcome);
+    }
     let m = crate::metrics::get();
     m.requests
         .with_label_values(&[&tenant.name, label, outcome])
@@ -65,6 +85,22 @@ pub async fn handle(
     resp
 }
 
+/// Gives the request span the client's trace context (`_meta` of `params`, else headers) and,
+/// when traces are exported, its trace id for the logs.
+fn traced(span: &tracing::Span, params: Option<&RawValue>, parts: &Parts) {
+    if telemetry::enabled() {
+        telemetry::adopt_parent(span, params, &parts.headers);
+        if let Some(id) = telemetry::trace_id(span) {
+            span.record("trace_id", id);
+        }
+    }
+}
+
+/// Records the (hashed) session id in the current request span.
+fn note_session(id: &crate::session::SessionId) {
+    tracing::Span::current().record("mcp.session.id", tracing::field::display(id.hashed()));
+}
+
 async fn post(
     gateway: &Gateway,
     tenant: &Arc<Tenant>,
@@ -72,6 +108,7 @@ async fn post(
     parts: &Parts,
     body: Body,
     label: &mut &'static str,
+    span: &tracing::Span,
 ) -> Result<Response<Body>, GatewayError> {
     headers::check_content_type(&parts.headers)?;
     headers::check_post_accept(&parts.headers)?;
@@ -80,11 +117,36 @@ async fn post(
         .await
         .map_err(|_| GatewayError::BodyTooLarge { limit })?;
     let message = jsonrpc::parse(&bytes).map_err(parse_error)?;
-    *label = match &message {
-        Message::Request(r) => crate::protocol::Method::label(&r.method),
-        Message::Notification(n) => crate::protocol::Method::label(&n.method),
-        Message::Response(_) => "response",
+    let (method, params) = match &message {
+        Message::Request(r) => (Some(&*r.method), r.params),
+        Message::Notification(n) => (Some(&*n.method), n.params),
+        Message::Response(_) => (None, None),
     };
+    *label = method.map_or("response", crate::protocol::Method::label);
+    if let Some(m) = method {
+        span.record("mcp.method.name", m);
+        if telemetry::enabled() {
+            span.record("otel.name", m);
+        }
+    }
+    if let Message::Request(r) = &message {
+        span.record("jsonrpc.request.id", r.id.get());
+    }
+    traced(span, params, parts);
+    dispatch(gateway, tenant, principal, parts, &bytes, message)
+        .instrument(span.clone())
+        .await
+}
+
+/// Handles one parsed client message (inside its request span).
+async fn dispatch(
+    gateway: &Gateway,
+    tenant: &Arc<Tenant>,
+    principal: &Principal,
+    parts: &Parts,
+    bytes: &Bytes,
+    message: Message<'_>,
+) -> Result<Response<Body>, GatewayError> {
     let user = &*principal.user;
 
     // initialize opens a session: the version comes from its params, not from a header.
@@ -99,6 +161,7 @@ async fn post(
         }
         return Ok(match router::initialize(gateway, tenant, user, req).await {
             Ok((session, body)) => {
+                note_session(&session.key.id);
                 let mut resp = json(body);
                 if let Ok(v) = HeaderValue::from_str(session.key.id.as_str()) {
                     resp.headers_mut().insert(mcp::SESSION_ID, v);
@@ -140,11 +203,11 @@ async fn post(
             }
         }
         Message::Notification(n) => {
-            router::handle_notification(tenant, &session, &n, &bytes).await;
+            router::handle_notification(tenant, &session, &n, bytes).await;
             accepted()
         }
         Message::Response(r) => {
-            router::handle_response(&session, &r, &bytes).await;
+            router::handle_response(&session, &r, bytes).await;
             accepted()
         }
     };
@@ -169,7 +232,9 @@ async fn session_of(
     user: &str,
 ) -> Result<Arc<LiveSession>, GatewayError> {
     let id = headers::session_id(&parts.headers)?.ok_or(GatewayError::SessionRequired)?;
-    gateway.find_session(tenant, user, id).await
+    let session = gateway.find_session(tenant, user, id).await?;
+    note_session(&session.key.id);
+    Ok(session)
 }
 
 /// Answers a forwarded request: as JSON when the response comes first, else as an SSE stream
@@ -192,7 +257,8 @@ async fn respond_stream(
             log.append(&first, false);
             let pump_log = log.clone();
             let guard = gateway.pump_started();
-            tokio::spawn(async move {
+            // The pump carries the request span: it ends with the stream, not the headers.
+            let pump = async move {
                 let _guard = guard;
                 loop {
                     match stream.next().await {
@@ -209,7 +275,8 @@ async fn respond_stream(
                         }
                     }
                 }
-            });
+            };
+            tokio::spawn(pump.instrument(tracing::Span::current()));
             sse::response(Body::from_stream(events::tail(
                 log,
                 0,
@@ -375,7 +442,7 @@ async fn open_get(
     }
     // The client now listens for unsolicited messages: so do the session's upstreams.
     for upstream in tenant.upstreams.iter() {
-        if let Some(conn) = session.link(upstream.info.index) {
+        if let Some(conn) = session.link(upstream.info.id) {
             conn.listen();
         }
     }

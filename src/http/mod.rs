@@ -80,11 +80,11 @@ async fn readiness(State(gateway): State<Arc<Gateway>>) -> Response<Body> {
 /// Every endpoint request passes the security front first.
 async fn dispatch(State(gateway): State<Arc<Gateway>>, req: Request) -> Response<Body> {
     let path = req.uri().path();
-    if let Some(tenant) = gateway.tenant_by_metadata_path(path).cloned() {
+    if let Some(tenant) = gateway.tenant_by_metadata_path(path) {
         let (parts, _) = req.into_parts();
         return protected_resource_metadata(&tenant, &parts);
     }
-    let Some(tenant) = gateway.tenant_by_path(path).cloned() else {
+    let Some(tenant) = gateway.tenant_by_path(path) else {
         return not_found("no MCP endpoint at this path\n");
     };
     let (parts, body) = req.into_parts();

@@ -58,7 +58,6 @@ pub async fn initialize(
         version,
         client_caps.clone(),
         params.client_info.clone(),
-        tenant.upstreams.len(),
         gateway.bus.clone(),
     ));
 

@@ -129,13 +129,13 @@ fn act_on_notification(
         }
         Method::NotificationsRootsListChanged => {
             for upstream in tenant.upstreams.iter() {
-                if let Some(conn) = session.link(upstream.info.index) {
+                if let Some(conn) = session.link(upstream.info.id) {
                     relay_notification(conn, &n.method, n.params);
                 }
             }
         }
         _ if tenant.is_transparent() => {
-            if let Some(conn) = session.link(0) {
+            if let Some(conn) = session.link(tenant.upstreams[0].info.id) {
                 relay_notification(conn, &n.method, n.params);
             }
         }
@@ -246,20 +246,20 @@ pub async fn ensure_link(
     session: &Arc<LiveSession>,
     upstream: &Arc<Upstream>,
 ) -> Result<Arc<Connection>, GatewayError> {
-    let index = upstream.info.index;
-    if let Some(conn) = session.link(index) {
+    let id = upstream.info.id;
+    if let Some(conn) = session.link(id) {
         return Ok(conn);
     }
-    let lock = session.connect_lock(index).ok_or(GatewayError::Internal)?;
+    let lock = session.connect_lock(id).ok_or(GatewayError::Internal)?;
     let _guard = lock.lock().await;
-    if let Some(conn) = session.link(index) {
+    if let Some(conn) = session.link(id) {
         return Ok(conn);
     }
     let (conn, owned) = upstream.connect(session).await?;
     if session.has_get_stream() {
         conn.listen();
     }
-    session.set_link(index, conn.clone(), owned);
+    session.set_link(id, conn.clone(), owned);
     Ok(conn)
 }
 
@@ -275,7 +275,7 @@ async fn forward(
 ) -> Result<Reply, GatewayError> {
     let conn = ensure_link(session, upstream).await?;
     conn.ready(upstream.info.request_timeout).await?;
-    let (upstream_id, rx) = conn
+    let (upstream_id, rx, span) = conn
         .forward(method, params, client_id, Arc::downgrade(session), shape)
         .await?;
     session.begin_inflight(client_id, conn.clone(), upstream_id);
@@ -285,6 +285,7 @@ async fn forward(
         upstream_id,
         client_id.to_owned(),
         Arc::downgrade(session),
+        span,
     );
     // Every tool call leaves an audit event when it ends.
     let tool = (method == "tools/call")

@@ -55,11 +55,41 @@ impl SessionId {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-impl fmt::Debug for SessionId {
-    /// Only a prefix: a full id is a bearer secret for the session.
+impl SessionId {
+    /// The id as logs and traces show it: the first 8 bytes of its SHA-256, in hex. The same
+    /// on every replica, so one session's lines can be followed, while the id itself, a
+    /// bearer secret for the session, never appears.
+    pub fn hashed(&self) -> HashedId {
+        let digest = ring::digest::digest(&ring::digest::SHA256, self.0.as_bytes());
+        let mut out = [0u8; 8];
+        out.copy_from_slice(&digest.as_ref()[..8]);
+        HashedId(out)
+    }
+}
+
+/// A session id's hash for logs and traces ([`SessionId::hashed`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct HashedId([u8; 8]);
+
+impl fmt::Display for HashedId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let shown = self.0.get(..8).unwrap_or(&self.0);
-        write!(f, "SessionId({shown}…)")
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for HashedId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Debug for SessionId {
+    /// The hash only: a full id is a bearer secret for the session.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.hashed(), f)
     }
 }
 
@@ -100,9 +130,15 @@ mod tests {
     }
 
     #[test]
-    fn debug_does_not_reveal_the_whole_id() {
+    fn logs_show_a_stable_hash_not_the_id() {
         let id = SessionId::generate();
         let shown = format!("{id:?}");
-        assert!(!shown.contains(id.as_str()));
+        assert_eq!(shown.len(), 16);
+        assert!(!id.as_str().starts_with(&shown[..8]), "the old prefix form");
+        assert_eq!(shown, id.hashed().to_string());
+        // SHA-256("abc") starts with ba7816bf8f01cfea.
+        let abc = SessionId::from_presented("abc").unwrap();
+        assert_eq!(abc.hashed().to_string(), "ba7816bf8f01cfea");
+        assert_eq!(format!("{abc:?}"), "ba7816bf8f01cfea");
     }
 }

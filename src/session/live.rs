@@ -12,7 +12,7 @@ use crate::cluster::{Bus, BusMessage};
 use crate::events::{EventLimits, SessionEvents, StreamKind, StreamLog};
 use crate::jsonrpc::{self, OwnedId, RawObject};
 use crate::protocol::ProtocolVersion;
-use crate::upstream::{Connection, Ending};
+use crate::upstream::{Connection, Ending, UpstreamId};
 use bytes::Bytes;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -33,12 +33,14 @@ pub struct ServerRequestRoute {
 /// Where a forwarded client request went: the connection and the upstream-side id.
 pub type InflightRoute = (Arc<Connection>, u64);
 
-/// One upstream slot of a session.
-#[derive(Default)]
+/// A session's link to one upstream (by its `UpstreamId`): the connection, once open, and the
+/// lock that makes concurrent requests open only one.
 struct LinkSlot {
+    upstream: UpstreamId,
     conn: Option<Arc<Connection>>,
     /// Whether the session owns the connection (dedicated) and closes it at the end.
     owned: bool,
+    connecting: Arc<tokio::sync::Mutex<()>>,
 }
 
 pub struct LiveSession {
@@ -50,9 +52,10 @@ pub struct LiveSession {
     /// Hash of `client_capabilities`: sessions with equal capabilities share cached lists.
     pub capabilities_fingerprint: u64,
     initialized: AtomicBool,
-    links: Box<[Mutex<LinkSlot>]>,
-    /// Serializes connecting per upstream, so concurrent requests open one connection.
-    connecting: Box<[tokio::sync::Mutex<()>]>,
+    /// One slot per upstream the session has used. A handful at most, behind the session's own
+    /// lock; keyed by upstream identity, so a config reload that adds, removes or reorders
+    /// upstreams leaves the others' links alone.
+    links: Mutex<Vec<LinkSlot>>,
     /// Client request id (raw JSON text) → where it was forwarded.
     inflight: Mutex<HashMap<Box<str>, InflightRoute>>,
     /// Client-facing id (raw JSON text) of a server-to-client request → its upstream.
@@ -84,7 +87,6 @@ impl LiveSession {
         protocol_version: ProtocolVersion,
         client_capabilities: Value,
         client_info: Value,
-        upstreams: usize,
         bus: Arc<Bus>,
     ) -> LiveSession {
         let capabilities_fingerprint = {
@@ -102,10 +104,7 @@ impl LiveSession {
             client_capabilities,
             client_info,
             initialized: AtomicBool::new(false),
-            links: (0..upstreams).map(|_| Mutex::default()).collect(),
-            connecting: (0..upstreams)
-                .map(|_| tokio::sync::Mutex::new(()))
-                .collect(),
+            links: Mutex::default(),
             inflight: Mutex::default(),
             server_requests: Mutex::default(),
             next_server_request: AtomicU64::new(1),
@@ -128,12 +127,7 @@ impl LiveSession {
     }
 
     /// The live state of a session created elsewhere (another replica, or before a restart).
-    pub fn from_record(
-        key: SessionKey,
-        record: SessionRecord,
-        upstreams: usize,
-        bus: Arc<Bus>,
-    ) -> LiveSession {
+    pub fn from_record(key: SessionKey, record: SessionRecord, bus: Arc<Bus>) -> LiveSession {
         let version = ProtocolVersion::parse(&record.protocol_version)
             .unwrap_or(ProtocolVersion::LATEST_HANDSHAKE);
         let mut s = LiveSession::new(
@@ -141,7 +135,6 @@ impl LiveSession {
             version,
             record.client_capabilities,
             record.client_info,
-            upstreams,
             bus,
         );
         s.created_at_ms = record.created_at_ms;
@@ -153,10 +146,7 @@ impl LiveSession {
     /// The durable record of this session as it stands.
     pub fn record(&self) -> SessionRecord {
         let mut upstream_sessions = self.resumable.lock().map(|r| r.clone()).unwrap_or_default();
-        for slot in self.links.iter() {
-            let Some(conn) = slot.lock().ok().and_then(|s| s.conn.clone()) else {
-                continue;
-            };
+        for conn in self.connections() {
             if let (Some(id), Some(server)) = (conn.upstream_session_id(), conn.server()) {
                 upstream_sessions.insert(
                     conn.upstream_name().to_owned(),
@@ -246,34 +236,97 @@ impl LiveSession {
 
     // ---- Upstream links
 
-    /// The session's current connection to upstream `index`, if any.
-    pub fn link(&self, index: usize) -> Option<Arc<Connection>> {
-        self.links.get(index)?.lock().ok()?.conn.clone()
+    /// The session's current connection to `upstream`, if any.
+    pub fn link(&self, upstream: UpstreamId) -> Option<Arc<Connection>> {
+        let links = self.links.lock().ok()?;
+        links.iter().find(|l| l.upstream == upstream)?.conn.clone()
     }
 
-    pub fn set_link(&self, index: usize, conn: Arc<Connection>, owned: bool) {
-        if let Some(slot) = self.links.get(index)
-            && let Ok(mut s) = slot.lock()
-        {
-            s.conn = Some(conn);
-            s.owned = owned;
+    /// Every open connection of the session.
+    fn connections(&self) -> Vec<Arc<Connection>> {
+        self.links
+            .lock()
+            .map(|l| l.iter().filter_map(|s| s.conn.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn set_link(&self, upstream: UpstreamId, conn: Arc<Connection>, owned: bool) {
+        self.with_slot(upstream, |slot| {
+            slot.conn = Some(conn);
+            slot.owned = owned;
+        });
+    }
+
+    /// The lock held while a connection to `upstream` is being opened.
+    pub fn connect_lock(&self, upstream: UpstreamId) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        self.with_slot(upstream, |slot| slot.connecting.clone())
+    }
+
+    fn with_slot<R>(&self, upstream: UpstreamId, f: impl FnOnce(&mut LinkSlot) -> R) -> Option<R> {
+        let mut links = self.links.lock().ok()?;
+        let i = match links.iter().position(|l| l.upstream == upstream) {
+            Some(i) => i,
+            None => {
+                links.push(LinkSlot {
+                    upstream,
+                    conn: None,
+                    owned: false,
+                    connecting: Arc::default(),
+                });
+                links.len() - 1
+            }
+        };
+        Some(f(&mut links[i]))
+    }
+
+    /// Lets go of the links to upstreams not in `keep` (a config reload removed or replaced
+    /// them): connections the session owns are closed (their upstream sessions end), shared
+    /// ones only stop carrying this session. What another replica recorded for those
+    /// upstreams is forgotten too.
+    pub async fn drop_links_except(&self, keep: &[UpstreamId]) {
+        let gone: Vec<LinkSlot> = match self.links.lock() {
+            Ok(mut links) => {
+                let (kept, gone) = std::mem::take(&mut *links)
+                    .into_iter()
+                    .partition(|l| keep.contains(&l.upstream));
+                *links = kept;
+                gone
+            }
+            Err(_) => return,
+        };
+        let mut owned = Vec::new();
+        for slot in gone {
+            if let Some(conn) = slot.conn {
+                if let Ok(mut r) = self.resumable.lock() {
+                    r.remove(conn.upstream_name());
+                }
+                self.mark_dirty();
+                if slot.owned {
+                    owned.push(conn);
+                } else {
+                    self.leave_shared(&conn);
+                }
+            }
         }
+        futures_util::future::join_all(owned.iter().map(|c| c.close_as(Ending::End))).await;
     }
 
-    /// Forgets a broken link so the next request connects again.
-    pub fn clear_link(&self, index: usize, conn: &Arc<Connection>) -> bool {
-        if let Some(slot) = self.links.get(index)
-            && let Ok(mut s) = slot.lock()
-            && s.conn.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn))
-        {
-            s.conn = None;
-            return s.owned;
+    /// A shared connection outlives the session: end the subscriptions nobody follows now.
+    fn leave_shared(&self, conn: &Arc<Connection>) {
+        for uri in conn.forget_subscriber(self) {
+            let params = serde_json::json!({ "uri": uri }).to_string();
+            let conn = conn.clone();
+            tokio::spawn(async move {
+                let raw = RawValue::from_string(params).ok();
+                let _ = conn
+                    .call(
+                        "resources/unsubscribe",
+                        raw.as_deref(),
+                        conn.info.request_timeout,
+                    )
+                    .await;
+            });
         }
-        false
-    }
-
-    pub fn connect_lock(&self, index: usize) -> Option<&tokio::sync::Mutex<()>> {
-        self.connecting.get(index)
     }
 
     // ---- Requests in flight
@@ -457,33 +510,17 @@ impl LiveSession {
             *g = None;
         }
         self.events.finish_all();
+        let slots = self
+            .links
+            .lock()
+            .map(|mut l| std::mem::take(&mut *l))
+            .unwrap_or_default();
         let mut owned = Vec::new();
-        for slot in self.links.iter() {
-            let Some((conn, is_owned)) = slot
-                .lock()
-                .ok()
-                .and_then(|mut s| Some((s.conn.take()?, s.owned)))
-            else {
-                continue;
-            };
-            if is_owned {
-                owned.push(conn);
-            } else {
-                // A shared upstream outlives the session: end subscriptions nobody follows now.
-                for uri in conn.forget_subscriber(self) {
-                    let params = serde_json::json!({ "uri": uri }).to_string();
-                    let conn = conn.clone();
-                    tokio::spawn(async move {
-                        let raw = RawValue::from_string(params).ok();
-                        let _ = conn
-                            .call(
-                                "resources/unsubscribe",
-                                raw.as_deref(),
-                                conn.info.request_timeout,
-                            )
-                            .await;
-                    });
-                }
+        for slot in slots {
+            match slot.conn {
+                Some(conn) if slot.owned => owned.push(conn),
+                Some(conn) => self.leave_shared(&conn),
+                None => {}
             }
         }
         let inflight: Vec<InflightRoute> = self
@@ -516,7 +553,6 @@ mod tests {
             ProtocolVersion::V2025_11_25,
             serde_json::json!({}),
             serde_json::json!({}),
-            1,
             Arc::new(Bus::local()),
         )
     }

@@ -7,7 +7,7 @@ pub mod memory;
 mod record;
 mod store;
 
-pub use id::SessionId;
+pub use id::{HashedId, SessionId};
 pub use live::{LiveSession, ServerRequestRoute};
 pub use record::{SessionRecord, UpstreamSessionRecord};
 pub use store::{SessionBackend, SessionKey, SessionStore, StoreError};

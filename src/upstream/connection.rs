@@ -10,6 +10,7 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument;
 
 use super::handshake::{InitParams, UpstreamServer};
 use super::http::HttpLink;
@@ -20,6 +21,7 @@ use crate::jsonrpc::{self, Message, Notification, Outcome, OwnedId, RawObject, R
 use crate::protocol::ListKind;
 use crate::protocol::rewrite::{self, ResultShape};
 use crate::session::{LiveSession, ServerRequestRoute};
+use crate::telemetry::{self, Propagation};
 
 /// Who receives what an upstream sends outside of any request.
 pub enum Owner {
@@ -208,8 +210,9 @@ impl Connection {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Forwards a client request. Returns the upstream id and the stream of events for it.
-    /// The client's `progressToken` is replaced by the upstream id so progress can be routed.
+    /// Forwards a client request. Returns the upstream id, the stream of events for it and the
+    /// call's span (to be held until the answer). The client's `progressToken` is replaced by
+    /// the upstream id so progress can be routed; the call's trace context goes in `_meta`.
     pub async fn forward(
         self: &Arc<Self>,
         method: &str,
@@ -217,12 +220,11 @@ impl Connection {
         client_id: &RawValue,
         session: Weak<LiveSession>,
         shape: Option<ResultShape>,
-    ) -> Result<(u64, mpsc::UnboundedReceiver<StreamEvent>), GatewayError> {
+    ) -> Result<(u64, mpsc::UnboundedReceiver<StreamEvent>, tracing::Span), GatewayError> {
         let id = self.allocate_id();
-        let (replaced, client_token) = match params {
-            Some(p) => rewrite_progress_token(p, id)?,
-            None => (None, None),
-        };
+        let span = telemetry::upstream_span(&self.info.tenant, &self.info.name, method);
+        let trace = telemetry::outgoing(&span);
+        let (replaced, client_token) = rewrite_meta(params, id, trace.as_ref())?;
         let params = replaced.as_deref().or(params);
         let (tx, rx) = mpsc::unbounded_channel();
         self.pending.insert(
@@ -236,11 +238,12 @@ impl Connection {
             }),
         );
         let bytes = jsonrpc::request(&jsonrpc::raw_u64(id), method, params);
-        if let Err(e) = self.send_request(id, bytes).await {
+        if let Err(e) = self.send_request(id, bytes, trace).await {
             self.pending.remove(&id);
+            telemetry::record_error(&span, "failed");
             return Err(e);
         }
-        Ok((id, rx))
+        Ok((id, rx, span))
     }
 
     /// A request of the gateway's own, answered through a oneshot; cancelled upstream on timeout.
@@ -252,12 +255,25 @@ impl Connection {
     ) -> Result<InternalReply, GatewayError> {
         self.ready(timeout).await?;
         let started = std::time::Instant::now();
-        let reply = self.call_inner(method, params, timeout).await;
+        let span = telemetry::upstream_span(&self.info.tenant, &self.info.name, method);
+        let trace = telemetry::outgoing(&span);
+        let replaced = match &trace {
+            Some(t) => rewrite_meta(params, 0, Some(t))?.0,
+            None => None,
+        };
+        let params = replaced.as_deref().or(params);
+        let reply = self
+            .call_inner(method, params, timeout, trace)
+            .instrument(span.clone())
+            .await;
         let outcome = match &reply {
             Ok(_) => "ok",
             Err(GatewayError::UpstreamTimeout { .. }) => "timeout",
             Err(_) => "failed",
         };
+        if outcome != "ok" {
+            telemetry::record_error(&span, outcome);
+        }
         crate::metrics::get().observe_upstream(
             &self.info.tenant,
             &self.info.name,
@@ -274,7 +290,7 @@ impl Connection {
         params: &RawValue,
         timeout: Duration,
     ) -> Result<InternalReply, GatewayError> {
-        self.call_inner(method, Some(params), timeout).await
+        self.call_inner(method, Some(params), timeout, None).await
     }
 
     async fn call_inner(
@@ -282,12 +298,13 @@ impl Connection {
         method: &str,
         params: Option<&RawValue>,
         timeout: Duration,
+        trace: Option<Propagation>,
     ) -> Result<InternalReply, GatewayError> {
         let id = self.allocate_id();
         let (tx, rx) = oneshot::channel();
         self.pending.insert(id, Pending::Internal(tx));
         let bytes = jsonrpc::request(&jsonrpc::raw_u64(id), method, params);
-        if let Err(e) = self.send_request(id, bytes).await {
+        if let Err(e) = self.send_request(id, bytes, trace).await {
             self.pending.remove(&id);
             return Err(e);
         }
@@ -307,11 +324,17 @@ impl Connection {
         }
     }
 
-    async fn send_request(self: &Arc<Self>, id: u64, bytes: Vec<u8>) -> Result<(), GatewayError> {
+    /// Sends a request; an HTTP upstream also gets the trace context in headers.
+    async fn send_request(
+        self: &Arc<Self>,
+        id: u64,
+        bytes: Vec<u8>,
+        trace: Option<Propagation>,
+    ) -> Result<(), GatewayError> {
         match &self.link {
             Link::Stdio(l) => l.send(&self.info.name, bytes).await,
             Link::Http(l) => {
-                l.spawn_request(self.clone(), id, Bytes::from(bytes));
+                l.spawn_request(self.clone(), id, Bytes::from(bytes), trace);
                 Ok(())
             }
         }
@@ -690,40 +713,62 @@ fn our_id(raw: &RawValue) -> Option<u64> {
     raw.get().parse().ok()
 }
 
-/// Replaces `params._meta.progressToken` with `id`; returns the new params (only when a token
-/// was replaced) and the client's original token.
+/// Edits `params._meta` on the way upstream: the client's `progressToken` becomes `id` (the
+/// original is returned, to be restored on progress), and the gateway's trace context
+/// (`traceparent`, `tracestate`) is set. Returns the new params only when something changed;
+/// params that are not an object are left alone.
 #[allow(clippy::type_complexity)]
-fn rewrite_progress_token(
-    params: &RawValue,
+fn rewrite_meta(
+    params: Option<&RawValue>,
     id: u64,
+    trace: Option<&Propagation>,
 ) -> Result<(Option<Box<RawValue>>, Option<Box<RawValue>>), GatewayError> {
-    if !params.get().contains("progressToken") {
+    let may_have_token = params.is_some_and(|p| p.get().contains("progressToken"));
+    if !may_have_token && trace.is_none() {
         return Ok((None, None));
     }
-    let Ok(obj) = RawObject::parse(params) else {
-        return Ok((None, None));
+    let parsed = match params.map(RawObject::parse) {
+        Some(Ok(obj)) => Some(obj),
+        Some(Err(_)) => return Ok((None, None)),
+        None => None,
     };
-    let Some(meta) = obj.get("_meta") else {
-        return Ok((None, None));
+    let mut meta = match parsed.as_ref().and_then(|o| o.get("_meta")) {
+        Some(m) => match RawObject::parse(m) {
+            Ok(meta) => meta,
+            Err(_) if may_have_token => {
+                return Err(GatewayError::InvalidParams(
+                    "`_meta` must be an object".into(),
+                ));
+            }
+            Err(_) => return Ok((None, None)),
+        },
+        None => RawObject::default(),
     };
-    let Ok(mut meta) = RawObject::parse(meta) else {
-        return Err(GatewayError::InvalidParams(
-            "`_meta` must be an object".into(),
-        ));
-    };
-    let Some(token) = meta.get("progressToken").map(|t| t.to_owned()) else {
-        return Ok((None, None));
-    };
-    if !jsonrpc::is_valid_id(&token) {
-        return Err(GatewayError::InvalidParams(
-            "`_meta.progressToken` must be a string or an integer".into(),
-        ));
+    let token = meta.get("progressToken").map(|t| t.to_owned());
+    if let Some(t) = &token {
+        if !jsonrpc::is_valid_id(t) {
+            return Err(GatewayError::InvalidParams(
+                "`_meta.progressToken` must be a string or an integer".into(),
+            ));
+        }
+        meta.set("progressToken", jsonrpc::raw_u64(id));
     }
-    meta.set("progressToken", jsonrpc::raw_u64(id));
+    if let Some(tc) = trace {
+        meta.set("traceparent", jsonrpc::raw_string(&tc.traceparent));
+        match &tc.tracestate {
+            Some(state) => meta.set("tracestate", jsonrpc::raw_string(state)),
+            None => drop(meta.remove("tracestate")),
+        }
+    } else if token.is_none() {
+        return Ok((None, None));
+    }
     let meta = meta.to_raw();
-    let mut obj = RawObject::parse(params).map_err(|_| GatewayError::Internal)?;
+    let mut obj = match params {
+        Some(p) => RawObject::parse(p).map_err(|_| GatewayError::Internal)?,
+        None => RawObject::default(),
+    };
     obj.set("_meta", meta);
-    Ok((Some(obj.to_raw()), Some(token)))
+    Ok((Some(obj.to_raw()), token))
 }
 
 #[cfg(test)]
@@ -737,7 +782,7 @@ mod tests {
             r#"{"name":"x","_meta":{"progressToken":"tok-1","other":true},"arguments":{}}"#.into(),
         )
         .unwrap();
-        let (new, token) = rewrite_progress_token(&p, 42).unwrap();
+        let (new, token) = rewrite_meta(Some(&p), 42, None).unwrap();
         assert_eq!(token.unwrap().get(), r#""tok-1""#);
         assert_eq!(
             new.unwrap().get(),
@@ -748,7 +793,7 @@ mod tests {
     #[test]
     fn params_without_token_pass_unchanged() {
         let p = RawValue::from_string(r#"{"name":"progressToken"}"#.into()).unwrap();
-        let (new, token) = rewrite_progress_token(&p, 1).unwrap();
+        let (new, token) = rewrite_meta(Some(&p), 1, None).unwrap();
         assert!(token.is_none());
         assert!(new.is_none(), "nothing to rewrite, nothing copied");
     }
@@ -756,6 +801,58 @@ mod tests {
     #[test]
     fn invalid_tokens_are_rejected() {
         let p = RawValue::from_string(r#"{"_meta":{"progressToken":1.5}}"#.into()).unwrap();
-        assert!(rewrite_progress_token(&p, 1).is_err());
+        assert!(rewrite_meta(Some(&p), 1, None).is_err());
+    }
+
+    fn trace() -> Propagation {
+        Propagation {
+            traceparent: "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01".into(),
+            tracestate: Some("k=v".into()),
+        }
+    }
+
+    #[test]
+    fn trace_context_is_set_next_to_the_token() {
+        let p = RawValue::from_string(
+            r#"{"name":"x","_meta":{"progressToken":7,"traceparent":"old","baggage":"b=1"}}"#
+                .into(),
+        )
+        .unwrap();
+        let (new, token) = rewrite_meta(Some(&p), 3, Some(&trace())).unwrap();
+        assert_eq!(token.unwrap().get(), "7");
+        assert_eq!(
+            new.unwrap().get(),
+            r#"{"name":"x","_meta":{"progressToken":3,"traceparent":"00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01","baggage":"b=1","tracestate":"k=v"}}"#
+        );
+    }
+
+    #[test]
+    fn trace_context_creates_meta_and_params_when_absent() {
+        let (new, token) = rewrite_meta(None, 1, Some(&trace())).unwrap();
+        assert!(token.is_none());
+        let new = new.unwrap();
+        let v: serde_json::Value = serde_json::from_str(new.get()).unwrap();
+        assert_eq!(v["_meta"]["tracestate"], "k=v");
+        let p = RawValue::from_string(r#"{"cursor":"c","_meta":{"tracestate":"stale"}}"#.into())
+            .unwrap();
+        let only_parent = Propagation {
+            tracestate: None,
+            ..trace()
+        };
+        let new = rewrite_meta(Some(&p), 1, Some(&only_parent))
+            .unwrap()
+            .0
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(new.get()).unwrap();
+        assert_eq!(v["cursor"], "c");
+        assert!(v["_meta"].get("tracestate").is_none(), "{v}");
+        assert!(v["_meta"]["traceparent"].is_string());
+    }
+
+    #[test]
+    fn malformed_meta_is_left_alone_when_only_tracing() {
+        let p = RawValue::from_string(r#"{"_meta":5}"#.into()).unwrap();
+        let (new, _) = rewrite_meta(Some(&p), 1, Some(&trace())).unwrap();
+        assert!(new.is_none());
     }
 }

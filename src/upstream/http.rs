@@ -17,6 +17,7 @@ use super::sse::SseParser;
 use crate::error::GatewayError;
 use crate::protocol::{ProtocolVersion, header};
 use crate::session::UpstreamSessionRecord;
+use crate::telemetry::Propagation;
 
 /// The `Accept` header of every POST, as the transport requires.
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
@@ -145,10 +146,20 @@ impl HttpLink {
         &self,
         body: Bytes,
         upstream: &str,
+        trace: Option<&Propagation>,
     ) -> Result<(reqwest::Response, bool), GatewayError> {
         let mut headers = self.base_headers(ACCEPT_BOTH).await?;
         let had_session = headers.contains_key(header::SESSION_ID);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(t) = trace {
+            // W3C Trace Context headers, for HTTP-level tracing in front of the upstream.
+            if let Ok(v) = HeaderValue::from_str(&t.traceparent) {
+                headers.insert(HeaderName::from_static("traceparent"), v);
+            }
+            if let Some(Ok(v)) = t.tracestate.as_deref().map(HeaderValue::from_str) {
+                headers.insert(HeaderName::from_static("tracestate"), v);
+            }
+        }
         let resp = self
             .client
             .post(self.url.clone())
@@ -163,10 +174,16 @@ impl HttpLink {
     }
 
     /// Sends a request in the background; its answer is routed by the connection.
-    pub fn spawn_request(&self, conn: Arc<Connection>, id: u64, body: Bytes) {
+    pub fn spawn_request(
+        &self,
+        conn: Arc<Connection>,
+        id: u64,
+        body: Bytes,
+        trace: Option<Propagation>,
+    ) {
         tokio::spawn(async move {
             let link = http_link(&conn);
-            if let Err(e) = link.exchange(&conn, id, body).await {
+            if let Err(e) = link.exchange(&conn, id, body, trace.as_ref()).await {
                 conn.fail(id, e);
             }
         });
@@ -177,13 +194,14 @@ impl HttpLink {
         conn: &Arc<Connection>,
         id: u64,
         body: Bytes,
+        trace: Option<&Propagation>,
     ) -> Result<(), GatewayError> {
         let upstream = conn.upstream_name();
         let mut retried = false;
         let mut token_renewed = false;
         loop {
             let generation = self.generation.load(Ordering::Acquire);
-            let (resp, had_session) = self.post(body.clone(), upstream).await?;
+            let (resp, had_session) = self.post(body.clone(), upstream, trace).await?;
             let status = resp.status();
             if status.is_success() && status != StatusCode::ACCEPTED {
                 return self.consume(conn, id, resp).await;
@@ -261,7 +279,7 @@ impl HttpLink {
         body: Bytes,
     ) -> Result<(), GatewayError> {
         let upstream = conn.upstream_name();
-        let (resp, _) = self.post(body, upstream).await?;
+        let (resp, _) = self.post(body, upstream, None).await?;
         if resp.status().is_success() {
             return Ok(());
         }

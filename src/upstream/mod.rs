@@ -36,8 +36,9 @@ pub struct UpstreamInfo {
     pub name: Arc<str>,
     /// The tenant it belongs to (metrics labels).
     pub tenant: Arc<str>,
-    /// Position in the tenant's upstream list (the session's link slot).
-    pub index: usize,
+    /// This upstream's identity for the life of the process (the session's link slot): a new
+    /// one whenever a config reload builds the upstream anew.
+    pub id: UpstreamId,
     pub request_timeout: Duration,
     pub max_request_timeout: Duration,
     pub init_timeout: Duration,
@@ -48,6 +49,17 @@ pub struct UpstreamInfo {
     pub uri_prefix: Option<Box<str>>,
     /// Cached list pages, shared by every connection to this upstream.
     pub catalog: Catalog,
+}
+
+/// The identity of one built `Upstream`: unique in the process, never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UpstreamId(u64);
+
+impl UpstreamId {
+    fn next() -> UpstreamId {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        UpstreamId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
 }
 
 /// How a tenant joins upstream names to the identifiers of their items.
@@ -75,6 +87,8 @@ pub struct Upstream {
     pub info: Arc<UpstreamInfo>,
     pub config: UpstreamConfig,
     kind: UpstreamKind,
+    /// A config reload removed or replaced it: no new connections.
+    retired: std::sync::atomic::AtomicBool,
 }
 
 enum UpstreamKind {
@@ -95,7 +109,6 @@ impl Upstream {
     pub fn start(
         tenant: &str,
         config: &UpstreamConfig,
-        index: usize,
         limits: &Limits,
         naming: Naming<'_>,
         directory: Weak<SessionDirectory>,
@@ -103,7 +116,7 @@ impl Upstream {
         let info = Arc::new(UpstreamInfo {
             name: config.name.as_str().into(),
             tenant: tenant.into(),
-            index,
+            id: UpstreamId::next(),
             request_timeout: config.request_timeout,
             max_request_timeout: config.max_request_timeout,
             init_timeout: config.init_timeout,
@@ -153,6 +166,7 @@ impl Upstream {
             info,
             config: config.clone(),
             kind,
+            retired: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -211,6 +225,12 @@ impl Upstream {
             capabilities: session.client_capabilities.clone(),
             client_info: session.client_info.clone(),
         };
+        if self.retired.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(GatewayError::UpstreamUnavailable {
+                upstream: self.info.name.to_string(),
+                reason: "removed from the routing config".into(),
+            });
+        }
         let owner = Owner::Session(Arc::downgrade(session));
         match &self.kind {
             UpstreamKind::Stdio { pool } if !pool.is_empty() => {
@@ -266,6 +286,19 @@ impl Upstream {
                 Ok((conn, true))
             }
         }
+    }
+
+    /// Takes the upstream out of service after a config reload dropped it: no new connections,
+    /// shared processes stopped (requests still running on them fail).
+    pub async fn retire(&self) {
+        self.mark_retired();
+        self.shutdown().await;
+    }
+
+    /// Refuses new connections from now on (the first step of [`Upstream::retire`]).
+    pub fn mark_retired(&self) {
+        self.retired
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Stops the shared processes, if any.

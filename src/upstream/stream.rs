@@ -45,6 +45,8 @@ struct Inner {
     outcome: &'static str,
     /// The tool of a `tools/call` (its upstream's own name): an audit event at the end.
     audit_tool: Option<Box<str>>,
+    /// The upstream call's span (disabled when traces are off), closed at the end.
+    span: tracing::Span,
 }
 
 impl ForwardStream {
@@ -54,6 +56,7 @@ impl ForwardStream {
         upstream_id: u64,
         client_id: OwnedId,
         session: Weak<LiveSession>,
+        span: tracing::Span,
     ) -> ForwardStream {
         let now = Instant::now();
         let idle = conn.info.request_timeout;
@@ -72,6 +75,7 @@ impl ForwardStream {
                 started: now,
                 outcome: "cancelled",
                 audit_tool: None,
+                span,
             }),
         }
     }
@@ -134,6 +138,9 @@ impl Inner {
 
     fn finish(self) {
         let info = &self.conn.info;
+        if self.outcome != "ok" {
+            crate::telemetry::record_error(&self.span, self.outcome);
+        }
         crate::metrics::get().observe_upstream(
             &info.tenant,
             &info.name,

@@ -4,20 +4,19 @@
 //! replica that holds the GET stream, DELETE ending a session everywhere, stolen ids answered
 //! 404 and logged, Redis killed and restarted mid-session, and the keyspace layout check.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use switchyard::config::{
     Config, Secret, StdioSharing, StoreConfig, TenantConfig, UpstreamTransport,
 };
-use tokio::io::AsyncReadExt;
 
 use crate::support::client::{RawClient, Reply};
 use crate::support::config::{config, gateway_exe, http, tenant, upstream};
 use crate::support::gateway::TestGateway;
 use crate::support::oidc::OidcProvider;
 use crate::support::peers::{HttpPeer, Sdk, everything_stdio, free_port, run_client};
+use crate::support::process::GatewayProcess;
 use crate::support::redis::RedisServer;
 use crate::support::{TempDir, read_trace};
 
@@ -314,56 +313,6 @@ async fn server_messages_reach_the_get_stream_held_by_another_replica_only() {
     }
 }
 
-/// A replica as a separate process with its log captured (to see the security events).
-struct ReplicaProcess {
-    child: tokio::process::Child,
-    port: u16,
-}
-
-impl ReplicaProcess {
-    async fn start(config_yaml: &str, dir: &TempDir, name: &str) -> ReplicaProcess {
-        let port = free_port();
-        let path = dir.path(&format!("{name}.yaml"));
-        std::fs::write(&path, format!("listen: 127.0.0.1:{port}\n{config_yaml}")).expect("config");
-        let child = tokio::process::Command::new(gateway_exe())
-            .arg("--log-format")
-            .arg("json")
-            .arg("run")
-            .arg("--config")
-            .arg(&path)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("gateway starts");
-        let up = crate::support::eventually(Duration::from_secs(20), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        })
-        .await;
-        assert!(up, "replica {name} did not listen within 20s");
-        ReplicaProcess { child, port }
-    }
-
-    fn url(&self, tenant: &str) -> String {
-        format!("http://127.0.0.1:{}/t/{tenant}/mcp", self.port)
-    }
-
-    /// Stops it (SIGTERM, bounded) and returns its whole log.
-    async fn stop(mut self) -> String {
-        if let Some(pid) = self.child.id() {
-            let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid"));
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(20), self.child.wait()).await;
-        let mut logs = String::new();
-        if let Some(mut err) = self.child.stderr.take() {
-            let _ = err.read_to_string(&mut logs).await;
-        }
-        logs
-    }
-}
-
 #[tokio::test]
 async fn a_stolen_session_id_is_404_on_every_replica_and_logged() {
     let redis = RedisServer::start().await;
@@ -397,8 +346,8 @@ async fn a_stolen_session_id_is_404_on_every_replica_and_logged() {
         .await
         .expect("switchyard migrate runs");
     assert!(migrated.status.success(), "{migrated:?}");
-    let a = ReplicaProcess::start(&yaml, &dir, "a").await;
-    let b = ReplicaProcess::start(&yaml, &dir, "b").await;
+    let a = GatewayProcess::start(&yaml, &dir, "a").await;
+    let b = GatewayProcess::start(&yaml, &dir, "b").await;
 
     let alice_token = idp.token(resource, "mcp").await;
     let mallory_token = idp.token_for_other_client(resource, "mcp").await;

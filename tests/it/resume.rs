@@ -236,6 +236,7 @@ async fn the_get_stream_resumes_and_ids_are_useless_to_another_session() {
     let session = gw
         .gateway
         .tenants()
+        .iter()
         .next()
         .expect("tenant")
         .directory

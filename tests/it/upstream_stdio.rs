@@ -326,7 +326,8 @@ async fn a_shared_pool_pins_each_session_to_one_of_its_processes() {
         (2..=3).contains(&pids.len()),
         "sessions spread over {pids:?}"
     );
-    let pool: Vec<u32> = gw.gateway.tenants().next().expect("tenant").upstreams[0]
+    let tenants = gw.gateway.tenants();
+    let pool: Vec<u32> = tenants.iter().next().expect("tenant").upstreams[0]
         .pool()
         .iter()
         .filter_map(|c| c.pid())

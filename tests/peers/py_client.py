@@ -18,7 +18,8 @@ message on stderr on failure (stdout then carries {"sdk":..., "error": "..."}).
          same tool from several upstreams as `<upstream>__<tool>`). Tools are
          otherwise selected by name suffix, and exactly one must match.
 
-Scenarios: see SCENARIOS at the bottom (currently: everything, roundtrips, paging, steady)
+Scenarios: see SCENARIOS at the bottom (currently: everything, roundtrips, paging, steady,
+reload)
 and tests/peers/README.md.
 """
 
@@ -28,6 +29,7 @@ import argparse
 import importlib.metadata
 import json
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
@@ -222,16 +224,55 @@ async def scenario_steady(client: Client, args: argparse.Namespace, out: dict[st
         out["progressCounts"].append(len(progress))
 
 
+def reload_callbacks(out: dict[str, Any]) -> dict[str, Any]:
+    """Client kwargs for the `reload` scenario: every server notification's method is recorded
+    (out["notifications"]) and `out["_list_changed"]` is set when the tool list changes."""
+    out["notifications"] = []
+    out["_list_changed"] = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        root = getattr(message, "root", message)
+        method = getattr(root, "method", None)
+        if isinstance(method, str):
+            out["notifications"].append(method)
+            if method == "notifications/tools/list_changed":
+                out["_list_changed"].set()
+
+    return {"message_handler": on_message}
+
+
+async def scenario_reload(client: Client, args: argparse.Namespace, out: dict[str, Any]) -> None:
+    """One session across a gateway config reload: lists tools (the SDK caches the list),
+    creates `--ready-file`, waits for `--go-file` (the test has changed the config by then),
+    then waits for `notifications/tools/list_changed`, lists tools again through the SDK's
+    cache (which the notification must have evicted), and calls `--call-tool`."""
+    if not (args.ready_file and args.go_file and args.call_tool):
+        raise ScenarioError("the reload scenario needs --ready-file, --go-file and --call-tool")
+    out["before"] = sorted(t.name for t in (await client.list_tools()).tools)
+    with open(args.ready_file, "w", encoding="utf-8") as f:
+        f.write("listed\n")
+    with anyio.fail_after(60):
+        while not os.path.exists(args.go_file):
+            await anyio.sleep(0.05)
+    with anyio.fail_after(30):
+        await out["_list_changed"].wait()
+    out["after"] = sorted(t.name for t in (await client.list_tools()).tools)
+    out["call"] = text_of(await client.call_tool(args.call_tool, {"message": "after reload"}), args.call_tool)
+    del out["_list_changed"]
+
+
 SCENARIOS: dict[str, Callable[[Client, argparse.Namespace, dict[str, Any]], Awaitable[None]]] = {
     "everything": scenario_everything,
     "roundtrips": scenario_roundtrips,
     "paging": scenario_paging,
     "steady": scenario_steady,
+    "reload": scenario_reload,
 }
 
 # Extra Client(...) kwargs (handlers, hence declared capabilities) per scenario.
 CLIENT_KWARGS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "roundtrips": roundtrip_callbacks,
+    "reload": reload_callbacks,
 }
 
 
@@ -340,6 +381,9 @@ def main() -> int:
         help="comma-separated base URLs (http://127.0.0.1:P,...): send each HTTP request to the next one",
     )
     p.add_argument("--timeout", type=float, default=60.0, help="overall deadline in seconds (default 60)")
+    p.add_argument("--ready-file", default=None, help="`reload`: created once the first list is done")
+    p.add_argument("--go-file", default=None, help="`reload`: waited for before listing again")
+    p.add_argument("--call-tool", default=None, help="`reload`: the tool called after the reload")
     p.add_argument("--verbose", action="store_true", help="SDK debug logging to stderr")
     args = p.parse_args()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=sys.stderr)

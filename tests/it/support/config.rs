@@ -101,6 +101,7 @@ pub fn config(tenants: Vec<TenantConfig>) -> Config {
             ttl: Duration::from_secs(600),
             store: StoreConfig::Memory,
         },
+        telemetry: Default::default(),
         tenants,
     }
 }

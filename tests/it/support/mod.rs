@@ -7,7 +7,9 @@ pub mod client;
 pub mod config;
 pub mod gateway;
 pub mod oidc;
+pub mod otlp;
 pub mod peers;
+pub mod process;
 pub mod rawhttp;
 pub mod redis;
 

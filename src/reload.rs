@@ -1,0 +1,202 @@
+//! Config hot reload: the routing file is read again when its content changes (polled, which
+//! also catches Kubernetes' ConfigMap symlink swaps) or on SIGHUP, validated, and applied to
+//! the running gateway (`Gateway::apply`). An invalid file is rejected with every error logged
+//! and the running config kept.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{self, Config, ConfigError, ConfigErrors};
+use crate::gateway::Gateway;
+
+/// Looks up `${VAR}` values.
+type Lookup = dyn Fn(&str) -> Option<String> + Send + Sync;
+
+/// Where the config comes from, and what the command line overrides in it.
+pub struct ConfigSource {
+    path: PathBuf,
+    lookup: Arc<Lookup>,
+    listen: Option<SocketAddr>,
+}
+
+/// A digest of the config text a config was built from (change detection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Digest([u8; 32]);
+
+impl Digest {
+    fn of(text: &[u8]) -> Digest {
+        let mut out = [0u8; 32];
+        out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, text).as_ref());
+        Digest(out)
+    }
+}
+
+impl ConfigSource {
+    /// The file at `path`, with `${VAR}` taken from the process environment.
+    pub fn file(path: &Path) -> ConfigSource {
+        ConfigSource::with_lookup(path, Arc::new(|name: &str| std::env::var(name).ok()))
+    }
+
+    /// The file at `path`, with `${VAR}` taken from `lookup`.
+    pub fn with_lookup(path: &Path, lookup: Arc<Lookup>) -> ConfigSource {
+        ConfigSource {
+            path: path.to_path_buf(),
+            lookup,
+            listen: None,
+        }
+    }
+
+    /// Overrides `listen` in every config loaded from here (the `--listen` flag).
+    pub fn override_listen(&mut self, addr: SocketAddr) {
+        self.listen = Some(addr);
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads and validates the file: the config, and the digest of the text it came from.
+    pub fn load(&self) -> Result<(Config, Digest), ConfigErrors> {
+        let file = self.path.display().to_string();
+        let text = std::fs::read_to_string(&self.path).map_err(|e| ConfigErrors {
+            errors: vec![ConfigError {
+                file: file.clone(),
+                line: 0,
+                col: 0,
+                path: String::new(),
+                message: format!("cannot read the config file: {e}"),
+            }],
+        })?;
+        let lookup = &*self.lookup;
+        let mut config = config::parse(&text, &file, &|name| lookup(name))?;
+        config.source = Some(self.path.clone());
+        if let Some(addr) = self.listen {
+            config.listen = addr;
+        }
+        Ok((config, Digest::of(text.as_bytes())))
+    }
+
+    /// The digest of the file as it is now (`None` while it cannot be read, e.g. mid-swap).
+    fn current_digest(&self) -> Option<Digest> {
+        std::fs::read(&self.path).ok().map(|t| Digest::of(&t))
+    }
+}
+
+/// What one reload attempt did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Applied,
+    Unchanged,
+    Rejected,
+}
+
+/// Loads the config from `source` and applies it; logs what changed, or every error.
+pub async fn reload(gateway: &Gateway, source: &ConfigSource) -> Outcome {
+    let outcome = match source.load() {
+        Err(errors) => {
+            for e in &errors.errors {
+                tracing::error!(target: "switchyard::config", "{e}");
+            }
+            tracing::error!(
+                target: "switchyard::config",
+                file = %source.path().display(),
+                errors = errors.errors.len(),
+                "config reload rejected; the running config stays in effect"
+            );
+            Outcome::Rejected
+        }
+        Ok((config, _)) => match gateway.apply(&config).await {
+            Err(e) => {
+                tracing::error!(target: "switchyard::config", file = %source.path().display(), error = %e, "config reload failed; the running config stays in effect");
+                Outcome::Rejected
+            }
+            Ok(report) => {
+                if !report.needs_restart.is_empty() {
+                    tracing::warn!(
+                        target: "switchyard::config",
+                        settings = ?report.needs_restart,
+                        "changed settings take effect only after a restart"
+                    );
+                }
+                if report.is_empty() {
+                    tracing::info!(target: "switchyard::config", file = %source.path().display(), "config reloaded: no routing changes");
+                    Outcome::Unchanged
+                } else {
+                    tracing::info!(
+                        target: "switchyard::config",
+                        file = %source.path().display(),
+                        tenants_added = ?report.tenants_added,
+                        tenants_removed = ?report.tenants_removed,
+                        tenants_changed = ?report.tenants_changed,
+                        upstreams_started = ?report.upstreams_started,
+                        upstreams_retired = ?report.upstreams_retired,
+                        "config reloaded"
+                    );
+                    Outcome::Applied
+                }
+            }
+        },
+    };
+    let label = match outcome {
+        Outcome::Applied => "applied",
+        Outcome::Unchanged => "unchanged",
+        Outcome::Rejected => "rejected",
+    };
+    crate::metrics::get()
+        .config_reloads
+        .with_label_values(&[label])
+        .inc();
+    outcome
+}
+
+/// Reloads on SIGHUP, and every `poll` when the file's content changed since `loaded` (the
+/// text the running config came from), until the gateway shuts down. A rejected file is not
+/// tried again until it changes (or SIGHUP).
+pub async fn watch(
+    gateway: Arc<Gateway>,
+    source: ConfigSource,
+    loaded: Digest,
+    poll: Option<Duration>,
+) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangup = match signal(SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; config reload by file change only");
+            None
+        }
+    };
+    let mut tick = poll.map(|p| {
+        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + p, p);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    });
+    let mut stopping = gateway.shutdown_signal();
+    let mut seen = loaded;
+    tracing::info!(
+        file = %source.path().display(),
+        poll_s = poll.map(|p| p.as_secs_f64()),
+        "watching the config for changes (and SIGHUP)"
+    );
+    loop {
+        let forced = tokio::select! {
+            _ = stopping.wait_for(|s| *s) => return,
+            Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => true,
+            _ = async { match tick.as_mut() { Some(t) => { t.tick().await; } None => std::future::pending().await } } => false,
+        };
+        let Some(now) = source.current_digest() else {
+            tracing::warn!(file = %source.path().display(), "config file unreadable; keeping the running config");
+            continue;
+        };
+        if !forced && now == seen {
+            continue;
+        }
+        if forced {
+            tracing::info!(target: "switchyard::config", "SIGHUP: reloading the config");
+        }
+        seen = now;
+        reload(&gateway, &source).await;
+    }
+}

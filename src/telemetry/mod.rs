@@ -1,0 +1,201 @@
+//! Logs and traces: the process's `tracing` subscriber (text or JSON logs on stderr, filtered
+//! by `RUST_LOG`) and, when configured, OpenTelemetry export of the gateway's spans (one per
+//! client request, one per upstream call) to an OTLP/HTTP collector.
+//!
+//! Tracing is on when the config's `telemetry.otlp_endpoint` or one of the standard
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` variables is set, and
+//! neither `OTEL_SDK_DISABLED=true` nor `OTEL_TRACES_EXPORTER=none` says otherwise. The other
+//! standard variables (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
+//! `OTEL_TRACES_SAMPLER[_ARG]`, `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_BSP_*`) apply; the config's
+//! values win where both are set. Only the spans of target [`TARGET`] are exported.
+
+mod context;
+mod settings;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use tracing_subscriber::filter::{EnvFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{Layer, Registry};
+
+pub use context::{Propagation, adopt_parent, outgoing, trace_id};
+pub use settings::{Settings, settings};
+
+use crate::config::TelemetryConfig;
+
+/// The target of the spans that are exported: request spans and upstream-call spans.
+pub const TARGET: &str = "switchyard::trace";
+
+/// Whether spans are exported. Set once at start; read on the hot path to skip building
+/// spans and trace context nobody would see.
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether OpenTelemetry export is on in this process.
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// How log lines are written on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    /// One JSON object per line, with the fields of the current request span (tenant,
+    /// method, JSON-RPC id, hashed session id, trace id).
+    Json,
+}
+
+/// The installed trace pipeline; [`Telemetry::shutdown`] flushes what is still buffered.
+#[must_use = "call shutdown() before exiting, or buffered spans are lost"]
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Exports the spans still buffered and stops the exporter (blocking; call it outside the
+    /// async runtime).
+    pub fn shutdown(self) {
+        if let Some(provider) = self.provider
+            && let Err(e) = provider.shutdown()
+        {
+            tracing::warn!(error = %e, "trace exporter did not shut down cleanly");
+        }
+    }
+}
+
+/// Installs logging only (commands that serve nothing).
+pub fn init_logs(format: LogFormat) {
+    let _ = Registry::default().with(log_layer(format)).try_init();
+}
+
+/// Installs logging and, when [`settings`] says so, trace export. A trace exporter that
+/// cannot be built is reported and the gateway runs without it.
+pub fn init(format: LogFormat, config: &TelemetryConfig) -> Telemetry {
+    let env = |name: &str| std::env::var(name).ok();
+    let wanted = settings(config, &env);
+    let built = wanted.as_ref().map(build_provider);
+    let (provider, error) = match built {
+        Some(Ok(p)) => (Some(p), None),
+        Some(Err(e)) => (None, Some(e)),
+        None => (None, None),
+    };
+    let otel = provider.as_ref().map(|p| {
+        tracing_opentelemetry::layer()
+            .with_tracer(p.tracer("switchyard"))
+            .with_tracked_inactivity(false)
+            .with_threads(false)
+            .with_location(false)
+            .with_context_activation(false)
+            .with_filter(Targets::new().with_target(TARGET, tracing::Level::INFO))
+    });
+    let _ = Registry::default()
+        .with(log_layer(format))
+        .with(otel)
+        .try_init();
+    if let Some(e) = error {
+        tracing::error!(error = %e, "cannot start the OTLP trace exporter; running without traces");
+    }
+    if let (Some(s), Some(_)) = (&wanted, &provider) {
+        ENABLED.store(true, Ordering::Relaxed);
+        tracing::info!(
+            endpoint = s.endpoint.as_deref().unwrap_or("(from OTEL_EXPORTER_OTLP_*)"),
+            sample_ratio = ?s.sample_ratio,
+            "exporting traces over OTLP/HTTP"
+        );
+    }
+    Telemetry { provider }
+}
+
+fn log_layer(format: LogFormat) -> Box<dyn Layer<Registry> + Send + Sync> {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let base = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => base.with_filter(filter).boxed(),
+        LogFormat::Json => base
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_filter(filter)
+            .boxed(),
+    }
+}
+
+fn build_provider(s: &Settings) -> Result<SdkTracerProvider, String> {
+    // The exporter's HTTP client uses rustls (an https collector) and needs the provider.
+    crate::app::install_crypto_provider();
+    let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary);
+    if let Some(url) = &s.endpoint {
+        exporter = exporter.with_endpoint(url.clone());
+    }
+    let exporter = exporter.build().map_err(|e| e.to_string())?;
+    let mut resource = Resource::builder().with_attribute(opentelemetry::KeyValue::new(
+        "service.version",
+        env!("CARGO_PKG_VERSION"),
+    ));
+    if let Some(name) = &s.service_name {
+        resource = resource.with_service_name(name.clone());
+    }
+    let mut provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource.build());
+    if let Some(ratio) = s.sample_ratio {
+        provider = provider.with_sampler(Sampler::ParentBased(Box::new(
+            Sampler::TraceIdRatioBased(ratio),
+        )));
+    }
+    Ok(provider.build())
+}
+
+/// The span of one HTTP exchange on a tenant's endpoint (exported as a server span). Created
+/// before the client's trace context is known: give it a parent with [`adopt_parent`] before
+/// entering it. Its fields are the log context of everything the request does.
+pub fn request_span(tenant: &str, http_method: &str) -> tracing::Span {
+    use tracing::field::Empty;
+    tracing::info_span!(
+        target: TARGET,
+        "request",
+        otel.name = http_method,
+        otel.kind = "server",
+        otel.status_code = Empty,
+        tenant = tenant,
+        http.request.method = http_method,
+        mcp.method.name = Empty,
+        jsonrpc.request.id = Empty,
+        mcp.session.id = Empty,
+        http.response.status_code = Empty,
+        error.type = Empty,
+        trace_id = Empty,
+    )
+}
+
+/// The span of one request the gateway sends an upstream (exported as a client span), a child
+/// of the current request span; a disabled span when traces are off.
+pub fn upstream_span(tenant: &str, upstream: &str, method: &str) -> tracing::Span {
+    if !enabled() {
+        return tracing::Span::none();
+    }
+    tracing::info_span!(
+        target: TARGET,
+        "upstream call",
+        otel.name = method,
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+        tenant = tenant,
+        upstream = upstream,
+        mcp.method.name = method,
+        error.type = tracing::field::Empty,
+    )
+}
+
+/// Marks `span` failed with `error` (a bounded label such as `timeout`).
+pub fn record_error(span: &tracing::Span, error: &str) {
+    span.record("otel.status_code", "ERROR");
+    span.record("error.type", error);
+}
