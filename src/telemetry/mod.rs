@@ -96,6 +96,13 @@ pub fn init(format: LogFormat, config: &TelemetryConfig) -> Telemetry {
         .with(log_layer(format))
         .with(otel)
         .try_init();
+    if let Some(p) = std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL")
+        .ok()
+        .filter(|p| !p.is_empty() && p != "http/protobuf")
+        && wanted.is_some()
+    {
+        tracing::warn!(protocol = %p, "OTEL_EXPORTER_OTLP_PROTOCOL ignored: traces are exported as OTLP/HTTP protobuf");
+    }
     if let Some(e) = error {
         tracing::error!(error = %e, "cannot start the OTLP trace exporter; running without traces");
     }

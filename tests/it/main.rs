@@ -6,6 +6,7 @@ mod support;
 mod aggregation;
 mod auth;
 mod catalog;
+mod chart;
 mod cluster;
 mod conformance;
 mod metrics;

@@ -93,7 +93,7 @@ async fn metric(admin: u16, series: &str) -> f64 {
         .expect("metrics text");
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
+        .unwrap_or_else(|| panic!("no series {series} in:\n{text}"))
 }
 
 #[tokio::test]
@@ -301,6 +301,10 @@ async fn configmap_update_adds_and_removes_upstreams_and_tenants_under_open_sess
         .await
             >= 1.0
     );
+    assert_eq!(
+        metric(admin, "switchyard_config_last_reload_successful").await,
+        1.0
+    );
 
     // An invalid file: rejected with every error named, the running config kept.
     let v3 = v2.replace("prefix: {mode: always}", "prefix: {mode: allways}")
@@ -318,6 +322,11 @@ async fn configmap_update_adds_and_removes_upstreams_and_tenants_under_open_sess
         )
         .await,
         1.0
+    );
+    assert_eq!(
+        metric(admin, "switchyard_config_last_reload_successful").await,
+        0.0,
+        "an older config runs"
     );
     assert_eq!(
         text(
