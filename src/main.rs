@@ -12,6 +12,12 @@ use switchyard::reload::{self, ConfigSource};
 use switchyard::telemetry;
 use tokio::net::TcpListener;
 
+/// mimalloc: per-thread free lists instead of glibc's arenas. Measured with
+/// `loadtest/compare.sh` (README, Performance): malloc and free were the largest user-space
+/// cost of a forwarded call.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "switchyard", version, about = "Multi-tenant MCP gateway")]
 struct Cli {
@@ -92,6 +98,9 @@ enum Command {
         /// Append every received message to this file (one JSON per line).
         #[arg(long)]
         trace: Option<PathBuf>,
+        /// Also list this many generated tools (`bulk-0001`, …, answering like echo).
+        #[arg(long, default_value_t = 0)]
+        extra_tools: usize,
     },
 }
 
@@ -155,6 +164,7 @@ async fn tool(command: Command) -> ExitCode {
             stubborn,
             conformance,
             trace,
+            extra_tools,
         } => {
             let opts = DemoOptions {
                 name,
@@ -162,6 +172,7 @@ async fn tool(command: Command) -> ExitCode {
                 stubborn,
                 conformance,
                 trace_file: trace,
+                extra_tools,
             };
             demo_server(stdio, http, opts).await
         }

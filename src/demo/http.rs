@@ -55,6 +55,13 @@ pub(crate) async fn serve(
         }
         state.sessions.clear();
     };
+    // Small writes (SSE events) go out at once: without TCP_NODELAY, Nagle's algorithm and the
+    // peer's delayed ACK hold a streamed answer back by ~40 ms.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set");
+        }
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(stop)
         .await

@@ -52,6 +52,9 @@ pub struct DemoOptions {
     /// Serve the conformance fixture (the tools, prompts and resources the official MCP
     /// conformance suite's server scenarios call) instead of the demo catalog.
     pub conformance: bool,
+    /// This many more tools (`bulk-0001`, …), each answering like `echo`: a big catalog for
+    /// list measurements.
+    pub extra_tools: usize,
 }
 
 /// Serves one session as newline-delimited JSON on stdin/stdout until stdin reaches EOF.

@@ -34,6 +34,7 @@ const CAPABILITIES: &[u8] =
 /// State shared by every session of one server.
 pub(crate) struct Server {
     test_tools: bool,
+    extra_tools: usize,
     /// Serving the conformance fixture instead of the demo catalog.
     fixture: bool,
     /// How long a server-to-client request waits for the client's answer.
@@ -92,7 +93,7 @@ impl Server {
             )
         } else {
             (
-                tools::list_result(opts.test_tools),
+                tools::list_result(opts.test_tools, opts.extra_tools),
                 catalog::PROMPTS_LIST.into(),
                 catalog::RESOURCES_LIST.into(),
                 catalog::TEMPLATES_LIST.into(),
@@ -100,6 +101,7 @@ impl Server {
         };
         let server = Server {
             test_tools: opts.test_tools && !opts.conformance,
+            extra_tools: opts.extra_tools,
             fixture: opts.conformance,
             peer_timeout,
             init_tail,
@@ -412,7 +414,13 @@ impl Session {
         if self.server.fixture {
             return fixture_tools::call(self, id, &p.name, p.arguments, token);
         }
-        let run = tools::call(&p.name, p.arguments, self.transport, self.server.test_tools);
+        let run = tools::call(
+            &p.name,
+            p.arguments,
+            self.transport,
+            self.server.test_tools,
+            self.server.extra_tools,
+        );
         match run {
             Err(()) => {
                 let msg = format!("Unknown tool: {}", p.name);

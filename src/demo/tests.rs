@@ -211,6 +211,28 @@ fn tools_list_is_deterministic() {
 }
 
 #[test]
+fn extra_tools_are_listed_and_answer_like_echo() {
+    let s = session_with(
+        &DemoOptions {
+            extra_tools: 100,
+            ..DemoOptions::default()
+        },
+        Transport::Http,
+    );
+    let r = reply(&s, r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+    let tools = r["result"]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 103);
+    assert_eq!(tools[3]["name"], "bulk-0001");
+    assert_eq!(tools[102]["name"], "bulk-0100");
+    let r = call(&s, "bulk-0042", json!({"message": "many"}));
+    assert_eq!(text_of(&r), ("many".to_owned(), false));
+    for unknown in ["bulk-0000", "bulk-0101", "bulk-42", "bulk-+042"] {
+        let r = call(&s, unknown, json!({"message": "x"}));
+        assert!(r.get("error").is_some(), "{unknown}: {r}");
+    }
+}
+
+#[test]
 fn echo_and_add() {
     let s = session();
     let r = call(&s, "echo", json!({"message": "hi \"there\"\n"}));

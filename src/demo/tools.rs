@@ -36,7 +36,7 @@ pub(crate) enum ToolRun {
 }
 
 /// The `tools/list` result, encoded once per server.
-pub(crate) fn list_result(test_tools: bool) -> Vec<u8> {
+pub(crate) fn list_result(test_tools: bool, extra_tools: usize) -> Vec<u8> {
     let mut tools = vec![
         json!({
             "name": "echo",
@@ -115,8 +115,32 @@ pub(crate) fn list_result(test_tools: bool) -> Vec<u8> {
             "inputSchema": {"type": "object", "additionalProperties": false}
         }));
     }
+    for n in 1..=extra_tools {
+        tools.push(json!({
+            "name": bulk_name(n),
+            "title": format!("Bulk tool {n}"),
+            "description": "One of many generated tools (for list measurements); answers like echo.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"message": {"type": "string", "description": "Text to return."}},
+                "required": ["message"],
+                "additionalProperties": false
+            }
+        }));
+    }
     serde_json::to_vec(&json!({ "tools": Value::Array(tools) }))
         .expect("a serde_json::Value always serializes")
+}
+
+fn bulk_name(n: usize) -> String {
+    format!("bulk-{n:04}")
+}
+
+/// Whether `name` is one of the first `extra_tools` generated tools.
+fn is_bulk(name: &str, extra_tools: usize) -> bool {
+    name.strip_prefix("bulk-")
+        .and_then(|n| n.parse::<usize>().ok())
+        .is_some_and(|n| (1..=extra_tools).contains(&n) && bulk_name(n) == name)
 }
 
 #[derive(Deserialize)]
@@ -161,13 +185,16 @@ pub(crate) fn call(
     args: Option<&RawValue>,
     transport: Transport,
     test_tools: bool,
+    extra_tools: usize,
 ) -> Result<ToolRun, ()> {
     let args = args.map_or("{}", RawValue::get);
     let run = match name {
-        "echo" => match serde_json::from_str::<EchoArgs<'_>>(args) {
-            Ok(a) => ToolRun::Text(a.message.into_owned()),
-            Err(e) => bad_args(name, &e),
-        },
+        n if n == "echo" || is_bulk(n, extra_tools) => {
+            match serde_json::from_str::<EchoArgs<'_>>(args) {
+                Ok(a) => ToolRun::Text(a.message.into_owned()),
+                Err(e) => bad_args(name, &e),
+            }
+        }
         "add" => match serde_json::from_str::<AddArgs>(args) {
             Ok(a) => add(&a.a, &a.b),
             Err(e) => bad_args(name, &e),

@@ -119,7 +119,12 @@ pub fn init(format: LogFormat, config: &TelemetryConfig) -> Telemetry {
 
 fn log_layer(format: LogFormat) -> Box<dyn Layer<Registry> + Send + Sync> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let base = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only for a terminal: escape codes in a log file or pipe cost time and get in
+    // the way of whoever reads it.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let base = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     match format {
         LogFormat::Text => base.with_filter(filter).boxed(),
         LogFormat::Json => base
