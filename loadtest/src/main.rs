@@ -5,6 +5,17 @@
 //! (initialize + notifications/initialized), leaves them idle, and reports the gateway's
 //! resident memory growth per session (from /proc/P/status) and, with `--redis`, the Redis
 //! memory and keys added per session (INFO memory, key count under the prefix).
+//!
+//! `sy-load calls --url U --sessions N --seconds S [--rate R] [--tool T --arguments JSON]
+//! [--progress]` runs N sessions calling a tool (see `calls.rs`) and reports throughput,
+//! latency percentiles and errors. The same command measures an upstream directly and the
+//! gateway in front of it.
+//!
+//! `sy-load streams --url U --count N [--pid P] [--hold S]` opens N sessions with their GET
+//! SSE streams at once, holds them, and reports memory per stream and streams lost.
+
+mod calls;
+mod streams;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,6 +34,47 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// N sessions with their GET SSE streams open at once: memory per stream, streams lost.
+    Streams {
+        #[arg(long)]
+        url: String,
+        #[arg(long, default_value_t = 2_000)]
+        count: usize,
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+        /// Seconds to hold every stream open before measuring.
+        #[arg(long, default_value_t = 20.0)]
+        hold: f64,
+        /// The gateway's process id (for its resident memory).
+        #[arg(long)]
+        pid: Option<u32>,
+    },
+    /// N sessions calling a tool: throughput, latency percentiles, errors.
+    Calls {
+        /// An MCP endpoint: a tenant of the gateway, or an upstream itself.
+        #[arg(long)]
+        url: String,
+        #[arg(long, default_value_t = 16)]
+        sessions: usize,
+        /// Measured seconds (after the warm-up).
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        #[arg(long, default_value_t = 2.0)]
+        warmup: f64,
+        /// Total calls per second over all sessions; 0: as fast as answers come.
+        #[arg(long, default_value_t = 0.0)]
+        rate: f64,
+        #[arg(long, default_value = "echo")]
+        tool: String,
+        #[arg(long, default_value = r#"{"message":"hello"}"#)]
+        arguments: String,
+        /// Send a progress token (the demo's `sleep` then answers over SSE with progress).
+        #[arg(long)]
+        progress: bool,
+        /// List every tool (all pages) instead of calling one.
+        #[arg(long)]
+        list: bool,
+    },
     /// Open N idle sessions and measure memory per session.
     Sessions {
         /// The tenant endpoint, e.g. http://127.0.0.1:8080/t/demo/mcp
@@ -50,6 +102,49 @@ async fn main() -> std::process::ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Streams {
+            url,
+            count,
+            concurrency,
+            hold,
+            pid,
+        } => {
+            streams::run(streams::Plan {
+                url,
+                count,
+                concurrency: concurrency.max(1),
+                hold: Duration::from_secs_f64(hold.max(0.0)),
+                pid,
+            })
+            .await
+        }
+        Command::Calls {
+            url,
+            sessions,
+            seconds,
+            warmup,
+            rate,
+            tool,
+            arguments,
+            progress,
+            list,
+        } => match serde_json::from_str(&arguments) {
+            Ok(arguments) => {
+                calls::run(calls::Plan {
+                    url,
+                    sessions: sessions.max(1),
+                    duration: Duration::from_secs_f64(seconds.max(0.1)),
+                    warmup: Duration::from_secs_f64(warmup.max(0.0)),
+                    rate: rate.max(0.0),
+                    tool,
+                    arguments,
+                    progress,
+                    list,
+                })
+                .await
+            }
+            Err(e) => Err(format!("--arguments is not JSON: {e}")),
+        },
         Command::Sessions {
             url,
             count,

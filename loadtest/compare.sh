@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Side by side in one run: the same tools/call workload against the demo upstream over HTTP
+# directly, then through the gateway (in-memory store, Redis store, and a stdio upstream), and
+# the ratios. Two loads: saturation (closed loop, as fast as answers come) and a moderate
+# paced rate (latency added by the gateway), plus SSE-streamed calls with progress.
+#
+#   bash loadtest/compare.sh [SECONDS] [ROUNDS]  (measured seconds per run, default 5; rounds,
+#                                                 default 3)
+#
+# Each round runs every target once, in turn, so a slow spell of a shared machine hits all of
+# them; the table shows the median of the rounds.
+# The gateways log as in production (RUST_LOG unset: info, text; an audit line per tool call)
+# to a file. Environment: SESSIONS (saturation, default 32), RATE (moderate load, calls/s, default 500),
+# RATE_SESSIONS (default 16). Everything binds to 127.0.0.1; every process started here is
+# stopped on exit. The JSON reports are kept in $OUT (default target/loadtest/compare).
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+SECONDS_RUN="${1:-5}"
+ROUNDS="${2:-3}"
+SESSIONS="${SESSIONS:-32}"
+RATE="${RATE:-500}"
+RATE_SESSIONS="${RATE_SESSIONS:-16}"
+OUT="${OUT:-$REPO/target/loadtest/compare}"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/sy-compare.XXXXXX")"
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+command -v redis-server >/dev/null || { echo "redis-server missing: bash scripts/install-test-deps.sh installs it" >&2; exit 1; }
+cargo build --release --locked -p switchyard -p switchyard-loadtest >&2
+GW="$REPO/target/release/switchyard"
+LOAD="$REPO/target/release/sy-load"
+mkdir -p "$OUT"
+rm -f "$OUT"/*.json
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() {
+    for _ in $(seq 1 200); do
+        (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "nothing listens on 127.0.0.1:$1" >&2; return 1
+}
+
+# The fast upstream: the project's demo server (Rust), over HTTP.
+UP_PORT="$(free_port)"
+"$GW" demo-server --http "127.0.0.1:$UP_PORT" 2>"$WORK/upstream.log" &
+PIDS+=("$!")
+wait_port "$UP_PORT"
+UPSTREAM="http://127.0.0.1:$UP_PORT/mcp"
+
+RPORT="$(free_port)"
+redis-server --bind 127.0.0.1 --port "$RPORT" --save "" --appendonly no --dir "$WORK" >"$WORK/redis.log" 2>&1 &
+PIDS+=("$!")
+wait_port "$RPORT"
+
+declare -A TARGET=([direct]="$UPSTREAM")
+gateway() { # $1 = label, $2 = store YAML, $3 = upstream YAML; sets TARGET[gateway-$1]
+    local label="$1" port; port="$(free_port)"
+    cat >"$WORK/$label.yaml" <<YAML
+listen: 127.0.0.1:$port
+sessions:
+  ttl: 1h
+  store: $2
+tenants:
+  - name: load
+    upstreams:
+      - $3
+YAML
+    if [[ "$2" != memory ]]; then "$GW" migrate --config "$WORK/$label.yaml" >&2; fi
+    "$GW" run --config "$WORK/$label.yaml" --reload-poll 0 >/dev/null 2>"$WORK/$label.log" &
+    PIDS+=("$!")
+    wait_port "$port"
+    TARGET[gateway-$label]="http://127.0.0.1:$port/t/load/mcp"
+}
+
+HTTP_UP="{name: demo, http: {url: \"$UPSTREAM\"}}"
+STDIO_UP="{name: demo, stdio: {command: \"$GW\", args: [demo-server, --stdio], sharing: shared, pool_size: 2}}"
+gateway memory memory "$HTTP_UP"
+gateway redis "{redis: {url: \"redis://127.0.0.1:$RPORT\", prefix: sy}}" "$HTTP_UP"
+gateway stdio memory "$STDIO_UP"
+ORDER=(direct gateway-memory gateway-redis gateway-stdio)
+
+measure() { # $1 = load name, $2.. = sy-load args
+    local load="$1"; shift
+    for round in $(seq 1 "$ROUNDS"); do
+        for t in "${ORDER[@]}"; do
+            echo "== $load, round $round: $t" >&2
+            "$LOAD" calls --url "${TARGET[$t]}" --seconds "$SECONDS_RUN" --warmup 1 "$@" \
+                >"$OUT/$load.$t.$round.json"
+        done
+    done
+}
+
+measure saturation --sessions "$SESSIONS"
+measure moderate --sessions "$RATE_SESSIONS" --rate "$RATE"
+measure streamed --sessions "$SESSIONS" --tool sleep --arguments '{"ms":0,"steps":3}' --progress
+
+python3 - "$OUT" "$ROUNDS" "${ORDER[@]}" <<'PY'
+import json, sys, os, statistics
+out, rounds, order = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def runs(load, t):
+    return [json.load(open(os.path.join(out, f"{load}.{t}.{r}.json"))) for r in range(1, rounds + 1)]
+def med(load, t):
+    rs = runs(load, t)
+    m = lambda f: statistics.median(f(x) for x in rs)
+    return {
+        "tput": m(lambda x: x["throughput_per_s"]),
+        "p50": m(lambda x: x["latency_ms"]["p50"]), "p90": m(lambda x: x["latency_ms"]["p90"]),
+        "p99": m(lambda x: x["latency_ms"]["p99"]), "errors": sum(x["errors"] for x in rs),
+        "spread": (min(x["throughput_per_s"] for x in rs), max(x["throughput_per_s"] for x in rs)),
+    }
+print(f"median of {rounds} rounds of {json.load(open(os.path.join(out, f'saturation.direct.1.json')))['seconds']:.0f} s each")
+print(f"{'load':<11} {'target':<15} {'calls/s':>9} {'(min-max)':>15} {'ratio':>6} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'errors':>6}")
+for load in ("saturation", "moderate", "streamed"):
+    base = med(load, "direct")
+    for t in order:
+        x = med(load, t)
+        lo, hi = x["spread"]
+        print(f"{load:<11} {t:<15} {x['tput']:>9.0f} {f'({lo:.0f}-{hi:.0f})':>15} {x['tput']/base['tput']:>6.2f} {x['p50']:>8.3f} {x['p90']:>8.3f} {x['p99']:>8.3f} {x['errors']:>6}")
+base = med("moderate", "direct")
+for t in order[1:]:
+    x = med("moderate", t)
+    print(f"added latency at {runs('moderate', t)[0]['rate_target']:.0f} calls/s, {t}: p50 {x['p50']-base['p50']:+.3f} ms, p99 {x['p99']-base['p99']:+.3f} ms")
+PY

@@ -1,0 +1,256 @@
+//! The `calls` scenario: N concurrent MCP sessions, each `initialize` → `notifications/initialized`
+//! → `tools/list` → `tools/call` in a loop (plain JSON answers, or SSE-streamed ones with
+//! progress), closed-loop as fast as answers come or paced to a total rate. Latency is
+//! measured from sending to the end of the answer; paced calls that could only be sent more
+//! than one interval late (the client fell behind a slow server) are counted as late starts.
+//! Reported as percentiles with throughput and errors.
+
+use std::time::{Duration, Instant};
+
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+/// What to run.
+pub struct Plan {
+    pub url: String,
+    pub sessions: usize,
+    pub duration: Duration,
+    pub warmup: Duration,
+    /// Total calls per second over all sessions; 0: each session calls as fast as it can.
+    pub rate: f64,
+    pub tool: String,
+    pub arguments: Value,
+    /// Ask for progress (`_meta.progressToken`): a tool that reports it answers over SSE.
+    pub progress: bool,
+    /// Instead of calling the tool, list every tool (`tools/list`, following `nextCursor`).
+    pub list: bool,
+}
+
+/// What one session measured after the warm-up.
+#[derive(Default)]
+struct Tally {
+    latencies_us: Vec<u32>,
+    errors: u64,
+    first_error: Option<String>,
+    /// Paced calls sent more than one interval after they were due (the client fell behind).
+    late: u64,
+    list_us: Option<u32>,
+}
+
+pub async fn run(plan: Plan) -> Result<Value, String> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(plan.sessions)
+        .tcp_nodelay(true)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let plan = std::sync::Arc::new(plan);
+    let start = Instant::now() + Duration::from_millis(200);
+    let measure_from = start + plan.warmup;
+    let end = measure_from + plan.duration;
+    let mut tasks = Vec::with_capacity(plan.sessions);
+    for n in 0..plan.sessions {
+        let (http, plan) = (http.clone(), plan.clone());
+        tasks.push(tokio::spawn(async move {
+            session(&http, &plan, n, start, measure_from, end).await
+        }));
+    }
+    let mut all = Tally::default();
+    let mut lists = Vec::new();
+    for t in tasks {
+        let tally = t.await.map_err(|e| e.to_string())??;
+        all.latencies_us.extend(tally.latencies_us);
+        all.errors += tally.errors;
+        all.late += tally.late;
+        if all.first_error.is_none() {
+            all.first_error = tally.first_error;
+        }
+        lists.extend(tally.list_us);
+    }
+    all.latencies_us.sort_unstable();
+    lists.sort_unstable();
+    let secs = plan.duration.as_secs_f64();
+    let ok = all.latencies_us.len() as f64;
+    Ok(json!({
+        "scenario": match (plan.list, plan.progress) {
+            (true, _) => "tools/list (every page)",
+            (false, true) => "tools/call (SSE, progress)",
+            (false, false) => "tools/call",
+        },
+        "url": plan.url,
+        "sessions": plan.sessions,
+        "rate_target": plan.rate,
+        "seconds": secs,
+        "calls": all.latencies_us.len(),
+        "errors": all.errors,
+        "first_error": all.first_error,
+        "late_starts": all.late,
+        "throughput_per_s": ok / secs,
+        "latency_ms": percentiles(&all.latencies_us),
+        "tools_list_ms": percentiles(&lists),
+    }))
+}
+
+fn percentiles(sorted_us: &[u32]) -> Value {
+    if sorted_us.is_empty() {
+        return Value::Null;
+    }
+    let at = |q: f64| {
+        let i = ((sorted_us.len() as f64 * q).ceil() as usize).clamp(1, sorted_us.len()) - 1;
+        f64::from(sorted_us[i]) / 1000.0
+    };
+    json!({"p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "max": at(1.0)})
+}
+
+async fn session(
+    http: &reqwest::Client,
+    plan: &Plan,
+    n: usize,
+    start: Instant,
+    measure_from: Instant,
+    end: Instant,
+) -> Result<Tally, String> {
+    let sid = crate::open_session(http, &plan.url).await?;
+    let mut tally = Tally::default();
+    let post = |body: String| {
+        http.post(&plan.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &sid)
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(body)
+            .send()
+    };
+    let t = Instant::now();
+    let list = exchange(post(
+        r#"{"jsonrpc":"2.0","id":"list","method":"tools/list"}"#.to_owned(),
+    ))
+    .await;
+    match list {
+        Ok(_) => tally.list_us = Some(micros(t.elapsed())),
+        Err(e) => return Err(format!("tools/list: {e}")),
+    }
+    // Paced sessions start spread over one interval, so the total rate is even.
+    let interval =
+        (plan.rate > 0.0).then(|| Duration::from_secs_f64(plan.sessions as f64 / plan.rate));
+    let mut due = match interval {
+        Some(i) => start + i.mul_f64(n as f64 / plan.sessions as f64),
+        None => start,
+    };
+    tokio::time::sleep_until(start.into()).await;
+    let mut id: u64 = 0;
+    while due < end {
+        if interval.is_some() {
+            tokio::time::sleep_until(due.into()).await;
+        } else {
+            due = Instant::now();
+        }
+        id += 1;
+        let sent = Instant::now();
+        let result = if plan.list {
+            list_all(&post, &mut id).await
+        } else {
+            let mut params = json!({"name": plan.tool, "arguments": plan.arguments});
+            if plan.progress {
+                params["_meta"] = json!({"progressToken": id});
+            }
+            let body =
+                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+            exchange(post(body.to_string())).await.map(drop)
+        };
+        let took = sent.elapsed();
+        if let Some(i) = interval
+            && due >= measure_from
+            && sent.duration_since(due) > i
+        {
+            tally.late += 1;
+        }
+        if due >= measure_from {
+            match result {
+                Ok(()) => tally.latencies_us.push(micros(took)),
+                Err(e) => {
+                    tally.errors += 1;
+                    tally.first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(i) = interval {
+            due += i;
+        }
+    }
+    Ok(tally)
+}
+
+/// Lists every tool, page by page.
+async fn list_all<F, Fut>(post: &F, id: &mut u64) -> Result<(), String>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = reqwest::Result<reqwest::Response>>,
+{
+    let mut cursor: Option<String> = None;
+    for _ in 0..10_000 {
+        *id += 1;
+        let params = match &cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
+        let body = json!({"jsonrpc": "2.0", "id": *id, "method": "tools/list", "params": params});
+        match exchange(post(body.to_string())).await? {
+            Some(next) => cursor = Some(next),
+            None => return Ok(()),
+        }
+    }
+    Err("tools/list never ended (10,000 pages)".to_owned())
+}
+
+fn micros(d: Duration) -> u32 {
+    u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
+}
+
+/// A JSON-RPC answer, read without building it (a list of 1,000 tools is large).
+#[derive(serde::Deserialize)]
+struct Answer<'a> {
+    #[serde(borrow)]
+    result: Option<&'a RawValue>,
+}
+
+#[derive(serde::Deserialize)]
+struct ResultHead<'a> {
+    #[serde(rename = "nextCursor", borrow)]
+    next_cursor: Option<std::borrow::Cow<'a, str>>,
+    #[serde(rename = "isError", default)]
+    is_error: bool,
+}
+
+/// Sends a request and reads its whole answer (JSON, or an SSE stream ending with the
+/// response); returns the result's `nextCursor`. An HTTP error, a JSON-RPC error or a tool
+/// error (`isError`) is an error.
+async fn exchange(
+    send: impl std::future::Future<Output = reqwest::Result<reqwest::Response>>,
+) -> Result<Option<String>, String> {
+    let resp = send.await.map_err(|e| e.to_string())?;
+    let status = resp.status();
+    let body = resp.bytes().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("HTTP {status}: {}", String::from_utf8_lossy(&body)));
+    }
+    // The last JSON-RPC message of the answer (the only one for JSON, the response for SSE).
+    let last = body
+        .split(|b| *b == b'\n')
+        .filter_map(|line| line.strip_prefix(b"data:"))
+        .map(<[u8]>::trim_ascii)
+        .rfind(|d| !d.is_empty())
+        .unwrap_or(&body);
+    let unreadable = |e: serde_json::Error| {
+        format!("unreadable answer ({e}): {}", String::from_utf8_lossy(last))
+    };
+    let answer: Answer<'_> = serde_json::from_slice(last).map_err(unreadable)?;
+    let Some(result) = answer.result else {
+        return Err(String::from_utf8_lossy(last).into_owned());
+    };
+    let head: ResultHead<'_> = serde_json::from_str(result.get()).map_err(unreadable)?;
+    if head.is_error {
+        return Err(String::from_utf8_lossy(last).into_owned());
+    }
+    Ok(head.next_cursor.map(|c| c.into_owned()))
+}
