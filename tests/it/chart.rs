@@ -1,25 +1,24 @@
-//! Kubernetes packaging checked with the real tools: the Helm chart (helm/switchyard) lints
-//! and renders for every ci/ values file, its objects pass kubernetes-validate (strict) and
-//! the routing config it renders passes the gateway's own `switchyard check`; bad values are
-//! refused; the plain manifests in deploy/kubernetes are the chart's defaults; the alert rules
-//! pass promtool's check and unit tests; and the dashboard and the alerts only name metrics
-//! (and labels) the gateway exports. Tools come from scripts/install-test-deps.sh.
+//! Kubernetes packaging checked with the real tools (helm, kubernetes-validate, promtool from
+//! scripts/install-test-deps.sh). This file: every ci/ values file of the Helm chart
+//! (helm/switchyard) lints, renders and passes the checks of `render`, with what each one is
+//! for; bad values are refused by the schema, and what the schema cannot express by the
+//! templates. The plain manifests, the alerts and the dashboard have their own modules.
 
-mod manifests;
+mod monitoring;
+mod plain;
 mod promql;
+mod render;
 mod tools;
 mod yaml;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
+use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use self::manifests::{
-    chart_file, check_routing_config, gateway_container, gateway_invariants, routing_config,
-    validate_objects, verified_render,
+use self::render::{
+    chart_file, check_routing_config, gateway_container, routing_config, verified_render,
 };
-use self::tools::{Helm, promtool_exe, run};
+use self::tools::Helm;
 use self::yaml::{all_of, array_at, one_of, selects, str_at};
 use crate::support::TempDir;
 use crate::support::peers::repo;
@@ -90,6 +89,24 @@ fn default_values_render_one_memory_replica_with_the_demo_tenant() {
         pod["metadata"].get("annotations").is_none(),
         "no checksum/config by default: config changes are hot-reloaded, not rolled"
     );
+    // The gateway polls the mounted file every configReloadPollSeconds (5 by default).
+    let poll = |docs: &[Value]| {
+        let args = array_at(gateway_container(docs), "/args");
+        let at = args
+            .iter()
+            .position(|a| a == "--reload-poll")
+            .expect("--reload-poll");
+        args[at + 1].clone()
+    };
+    assert_eq!(poll(&docs), "5");
+    let off = helm
+        .template(
+            &chart_file("ci/default-values.yaml"),
+            &["configReloadPollSeconds=0"],
+        )
+        .expect_ok()
+        .stdout;
+    assert_eq!(poll(&yaml::documents(&off, "polling off")), "0");
     let routing = routing_config(&docs);
     assert!(routing.get("tls").is_none());
     assert_eq!(routing["tenants"][0]["name"], "demo");
@@ -269,9 +286,20 @@ fn ingress_otel_values_render_an_ingress_and_roll_pods_on_config_changes() {
         container["envFrom"][0]["secretRef"]["name"],
         "switchyard-tools-env"
     );
+    // Traces: OTLP/HTTP (the only protocol the gateway exports) to the collector's 4318.
     assert_eq!(
-        env_value(container, "OTEL_EXPORTER_OTLP_PROTOCOL")["value"],
-        "http/protobuf"
+        env_value(container, "OTEL_EXPORTER_OTLP_ENDPOINT")["value"],
+        "http://otel-collector.observability.svc:4318"
+    );
+    assert_eq!(
+        env_value(container, "OTEL_SERVICE_NAME")["value"],
+        "switchyard-tools"
+    );
+    assert!(
+        array_at(container, "/env")
+            .iter()
+            .all(|e| e["name"] != "OTEL_EXPORTER_OTLP_PROTOCOL"),
+        "no protocol variable: OTLP/HTTP protobuf is the exporter's default and only choice"
     );
     assert_eq!(container["args"][1], "text");
 
@@ -308,7 +336,7 @@ fn invalid_values_are_refused_by_the_schema() {
         "tls.secretName: String length must be greater than or equal to 1",
         "config.tenants: Array must have at least 1 items",
         "configReloadPollSeconds: Must be greater than or equal to 0",
-        "opentelemetry.protocol: opentelemetry.protocol must be one of the following: \"\", \"http/protobuf\"",
+        "opentelemetry: Additional property protocol is not allowed",
     ] {
         assert!(
             refused.contains(problem),
@@ -338,10 +366,6 @@ fn the_chart_refuses_what_the_memory_store_and_the_drain_cannot_support() {
             "autoscaling.enabled needs the Redis session store",
         ),
         (
-            "terminationGracePeriodSeconds=15",
-            "terminationGracePeriodSeconds (15) must exceed preStopSleepSeconds (5)",
-        ),
-        (
             "config.listen=0.0.0.0:1",
             "config.listen is set by the chart",
         ),
@@ -349,6 +373,19 @@ fn the_chart_refuses_what_the_memory_store_and_the_drain_cannot_support() {
         let refused = helm.template(&defaults, &[set]).expect_failure();
         assert!(refused.contains(message), "--set {set}: {refused}");
     }
+    // The grace period must exceed preStop + the gateway's drain deadline: the boundary, from
+    // the gateway's own constant and the default preStop of 5 s.
+    let drain = switchyard::app::DRAIN_DEADLINE.as_secs();
+    let at_boundary = format!("terminationGracePeriodSeconds={}", 5 + drain);
+    let refused = helm.template(&defaults, &[&at_boundary]).expect_failure();
+    let message = format!(
+        "terminationGracePeriodSeconds ({}) must exceed preStopSleepSeconds (5) + the gateway's {drain} s drain deadline",
+        5 + drain
+    );
+    assert!(refused.contains(&message), "--set {at_boundary}: {refused}");
+    let above = format!("terminationGracePeriodSeconds={}", 6 + drain);
+    helm.template(&defaults, &[&above]).expect_ok();
+
     // The control: with Redis, several replicas are fine (HPA off, so replicas is rendered).
     let redis = chart_file("ci/tls-redis-two-tenants-values.yaml");
     let rendered = helm
@@ -357,261 +394,4 @@ fn the_chart_refuses_what_the_memory_store_and_the_drain_cannot_support() {
         .stdout;
     let docs = yaml::documents(&rendered, "Redis without HPA");
     assert_eq!(one_of(&docs, "Deployment")["spec"]["replicas"], 3);
-}
-
-/// The objects of deploy/kubernetes as applied by `kubectl apply -k`.
-fn plain_manifests() -> (String, Vec<Value>) {
-    let kustomization = yaml::document(
-        &read("deploy/kubernetes/kustomization.yaml"),
-        "kustomization",
-    );
-    let listed: BTreeSet<String> = array_at(&kustomization, "/resources")
-        .iter()
-        .filter_map(|r| r.as_str().map(str::to_owned))
-        .collect();
-    let present: BTreeSet<String> = std::fs::read_dir(repo().join("deploy/kubernetes"))
-        .expect("deploy/kubernetes")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
-        .collect();
-    assert_eq!(
-        listed, present,
-        "kustomization.yaml lists exactly the manifests"
-    );
-    let text: String = listed
-        .iter()
-        .map(|f| format!("---\n{}\n", read(&format!("deploy/kubernetes/{f}"))))
-        .collect();
-    let docs = yaml::documents(&text, "deploy/kubernetes");
-    (text, docs)
-}
-
-/// An object without what only Helm adds: its bookkeeping labels and the release namespace;
-/// the routing config parsed, so comments and key order do not count.
-fn without_helm_bookkeeping(mut doc: Value) -> Value {
-    for labels in ["/metadata/labels", "/spec/template/metadata/labels"] {
-        if let Some(map) = doc.pointer_mut(labels).and_then(Value::as_object_mut) {
-            map.remove("helm.sh/chart");
-            map.remove("app.kubernetes.io/managed-by");
-        }
-    }
-    if let Some(meta) = doc["metadata"].as_object_mut() {
-        meta.remove("namespace");
-    }
-    if let Some(text) = doc.pointer("/data/gateway.yaml").and_then(Value::as_str) {
-        let parsed = yaml::document(text, "gateway.yaml");
-        doc["data"]["gateway.yaml"] = parsed;
-    }
-    doc
-}
-
-fn by_kind_and_name(docs: Vec<Value>) -> BTreeMap<(String, String), Value> {
-    docs.into_iter()
-        .map(|d| {
-            let key = (yaml::kind(&d).to_owned(), yaml::name(&d).to_owned());
-            (key, without_helm_bookkeeping(d))
-        })
-        .collect()
-}
-
-#[test]
-fn plain_manifests_are_the_chart_defaults_and_pass_validation_and_switchyard_check() {
-    let (helm, dir) = (Helm::new(), TempDir::new("chart-plain"));
-    let (text, plain) = plain_manifests();
-    for doc in &plain {
-        assert!(
-            doc["metadata"].get("namespace").is_none(),
-            "namespace-agnostic: {}",
-            yaml::name(doc)
-        );
-    }
-    validate_objects(&dir, "plain.yaml", &text, &plain);
-    gateway_invariants(&plain);
-    let checked = check_routing_config(&plain, &dir, &[]).expect_ok().stdout;
-    assert!(
-        checked.contains("ok (1 tenant(s), 1 upstream(s))"),
-        "{checked}"
-    );
-
-    let rendered = helm
-        .template(&chart_file("ci/default-values.yaml"), &[])
-        .expect_ok()
-        .stdout;
-    let chart = by_kind_and_name(yaml::documents(&rendered, "chart defaults"));
-    let plain = by_kind_and_name(plain);
-    assert_eq!(
-        chart.keys().collect::<Vec<_>>(),
-        plain.keys().collect::<Vec<_>>(),
-        "the same objects"
-    );
-    for (key, object) in &chart {
-        assert_eq!(
-            &plain[key], object,
-            "deploy/kubernetes {key:?} differs from the chart's default render"
-        );
-    }
-}
-
-#[test]
-fn alert_rules_pass_promtool_check_and_unit_tests() {
-    let dir = repo().join("deploy/prometheus");
-    let rules = yaml::document(&read("deploy/prometheus/switchyard-alerts.yaml"), "alerts");
-    let count: usize = array_at(&rules, "/groups")
-        .iter()
-        .map(|g| array_at(g, "/rules").len())
-        .sum();
-    let mut check = Command::new(promtool_exe());
-    check
-        .args(["check", "rules", "switchyard-alerts.yaml"])
-        .current_dir(&dir);
-    let checked = run(check).expect_ok();
-    assert!(
-        checked
-            .stdout
-            .contains(&format!("SUCCESS: {count} rules found")),
-        "{}",
-        checked.stdout
-    );
-
-    let mut test = Command::new(promtool_exe());
-    test.args(["test", "rules", "switchyard-alerts.test.yaml"])
-        .current_dir(&dir);
-    let tested = run(test).expect_ok();
-    assert!(tested.stdout.contains("SUCCESS"), "{}", tested.stdout);
-
-    // The unit tests prove alerts fire, not only that they stay quiet.
-    let tests = yaml::document(
-        &read("deploy/prometheus/switchyard-alerts.test.yaml"),
-        "alert tests",
-    );
-    let firing: BTreeSet<&str> = array_at(&tests, "/tests")
-        .iter()
-        .flat_map(|t| array_at(t, "/alert_rule_test"))
-        .filter(|a| !array_at(a, "/exp_alerts").is_empty())
-        .filter_map(|a| a["alertname"].as_str())
-        .collect();
-    assert!(firing.len() >= 2, "alerts proven to fire: {firing:?}");
-
-    // The chart's PrometheusRule reads a copy (a chart cannot read outside its directory).
-    assert_eq!(
-        read("helm/switchyard/files/switchyard-alerts.yaml"),
-        read("deploy/prometheus/switchyard-alerts.yaml"),
-        "helm/switchyard/files/switchyard-alerts.yaml must be a copy of deploy/prometheus/switchyard-alerts.yaml"
-    );
-}
-
-/// Every PromQL expression of the dashboard (targets and template variable queries).
-fn dashboard_expressions(dashboard: &Value) -> Vec<String> {
-    fn walk(panels: &[Value], out: &mut Vec<String>) {
-        for panel in panels {
-            for target in array_at(panel, "/targets") {
-                if let Some(expr) = target["expr"].as_str() {
-                    out.push(expr.to_owned());
-                }
-            }
-            walk(array_at(panel, "/panels"), out);
-        }
-    }
-    let mut exprs = Vec::new();
-    walk(array_at(dashboard, "/panels"), &mut exprs);
-    exprs
-}
-
-#[test]
-fn dashboard_and_alerts_use_only_metrics_and_labels_the_gateway_exports() {
-    let exported = promql::exported();
-    assert!(
-        exported.contains_key("switchyard_stdio_processes"),
-        "{exported:?}"
-    );
-    assert!(
-        exported.contains_key("switchyard_request_duration_seconds_bucket"),
-        "histograms are exposed with their suffixes: {exported:?}"
-    );
-
-    let dashboard: Value = serde_json::from_str(&read("deploy/grafana/switchyard-dashboard.json"))
-        .expect("the dashboard is JSON");
-    let exprs = dashboard_expressions(&dashboard);
-    assert!(exprs.len() >= 15, "dashboard queries: {}", exprs.len());
-    let rules = yaml::document(&read("deploy/prometheus/switchyard-alerts.yaml"), "alerts");
-    let rule_exprs: Vec<String> = array_at(&rules, "/groups")
-        .iter()
-        .flat_map(|g| array_at(g, "/rules"))
-        .filter_map(|r| r["expr"].as_str().map(str::to_owned))
-        .collect();
-    let tests = yaml::document(
-        &read("deploy/prometheus/switchyard-alerts.test.yaml"),
-        "alert tests",
-    );
-    let test_series: Vec<String> = array_at(&tests, "/tests")
-        .iter()
-        .flat_map(|t| array_at(t, "/input_series"))
-        .filter_map(|s| s["series"].as_str().map(str::to_owned))
-        .collect();
-
-    let mut problems = Vec::new();
-    for (source, exprs) in [
-        ("dashboard", &exprs),
-        ("alert rule", &rule_exprs),
-        ("alert test series", &test_series),
-    ] {
-        for expr in exprs {
-            for problem in promql::problems(expr, &exported) {
-                problems.push(format!("{source} `{expr}`: {problem}"));
-            }
-        }
-    }
-    // Names anywhere else in the dashboard (variable queries, descriptions) are real too.
-    for name in promql::metric_names(&dashboard.to_string()) {
-        let histogram = format!("{name}_bucket");
-        if !exported.contains_key(&name) && !exported.contains_key(&histogram) {
-            problems.push(format!("dashboard names unknown metric {name}"));
-        }
-    }
-    assert!(problems.is_empty(), "{}", problems.join("\n"));
-
-    // The dashboard shows every metric family.
-    let used: BTreeSet<String> = exprs.iter().flat_map(|e| promql::metric_names(e)).collect();
-    let family = |name: &str| {
-        ["_bucket", "_sum", "_count"]
-            .iter()
-            .find_map(|s| name.strip_suffix(s))
-            .unwrap_or(name)
-            .to_owned()
-    };
-    let shown: BTreeSet<String> = used.iter().map(|n| family(n)).collect();
-    let all: BTreeSet<String> = exported.keys().map(|n| family(n)).collect();
-    let missing: Vec<&String> = all.difference(&shown).collect();
-    assert!(
-        missing.is_empty(),
-        "metric families without a dashboard panel: {missing:?}"
-    );
-
-    // And Prometheus itself parses every dashboard query (as recording rules, with Grafana's
-    // variables replaced by what they expand to).
-    let rules: Vec<Value> = exprs
-        .iter()
-        .enumerate()
-        .map(|(i, expr)| {
-            let expr = expr
-                .replace("$__rate_interval", "5m")
-                .replace("$tenant", ".*");
-            json!({"record": format!("dashboard:query_{i}"), "expr": expr})
-        })
-        .collect();
-    let count = rules.len();
-    let file = TempDir::new("chart-dashboard");
-    let path = file.path("dashboard-rules.yaml");
-    let groups = json!({"groups": [{"name": "dashboard", "rules": rules}]});
-    std::fs::write(&path, groups.to_string()).expect("write rules");
-    let mut check = Command::new(promtool_exe());
-    check.args(["check", "rules"]).arg(&path);
-    let checked = run(check).expect_ok();
-    assert!(
-        checked
-            .stdout
-            .contains(&format!("SUCCESS: {count} rules found")),
-        "{}",
-        checked.stdout
-    );
 }

@@ -92,8 +92,10 @@ knobs at once. Each failure says what to change.
 {{- if and .Values.tls.enabled (not .Values.tls.secretName) }}
 {{- fail "tls.enabled needs tls.secretName (a kubernetes.io/tls Secret with tls.crt and tls.key)" }}
 {{- end }}
-{{- if le (int .Values.terminationGracePeriodSeconds) (add (int .Values.preStopSleepSeconds) 10) }}
-{{- fail (printf "terminationGracePeriodSeconds (%d) must exceed preStopSleepSeconds (%d) + the gateway's 10 s drain deadline" (int .Values.terminationGracePeriodSeconds) (int .Values.preStopSleepSeconds)) }}
+{{- /* The gateway's drain deadline (DRAIN_DEADLINE in src/app.rs; the chart test compares). */}}
+{{- $drain := 10 }}
+{{- if le (int .Values.terminationGracePeriodSeconds) (add (int .Values.preStopSleepSeconds) $drain) }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must exceed preStopSleepSeconds (%d) + the gateway's %d s drain deadline" (int .Values.terminationGracePeriodSeconds) (int .Values.preStopSleepSeconds) $drain) }}
 {{- end }}
 {{- with .Values.podDisruptionBudget }}
 {{- $set := 0 }}
@@ -149,10 +151,6 @@ so both need every variable it references.
       fieldPath: metadata.namespace
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
   value: {{ .endpoint | quote }}
-{{- if .protocol }}
-- name: OTEL_EXPORTER_OTLP_PROTOCOL
-  value: {{ .protocol | quote }}
-{{- end }}
 - name: OTEL_SERVICE_NAME
   value: {{ default (include "switchyard.fullname" $) .serviceName | quote }}
 - name: OTEL_TRACES_SAMPLER

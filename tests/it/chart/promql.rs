@@ -5,6 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 
+use crate::support::peers::repo;
+
 /// Labels Prometheus attaches to every scraped series (target labels: `job`, `instance`, and
 /// what service discovery adds), which expressions may use beside the metric's own.
 pub const TARGET_LABELS: &[&str] = &[
@@ -57,6 +59,28 @@ pub fn exported() -> Exported {
     }
     series.retain(|name, _| name.starts_with("switchyard_"));
     series
+}
+
+/// The metric names src/metrics.rs registers: its string literals that are exactly a
+/// `switchyard_*` name (`"switchyard_x"`, not `"switchyard_x{...} 1"` in its unit test).
+pub fn declared_in_source() -> BTreeSet<String> {
+    let path = repo().join("src/metrics.rs");
+    let source =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let names: BTreeSet<String> = occurrences(&source)
+        .into_iter()
+        .filter(|(end, name)| {
+            let start = end - name.len();
+            source[..start].ends_with('"') && source[*end..].starts_with('"')
+        })
+        .map(|(_, name)| name)
+        .collect();
+    assert!(
+        names.len() >= 10,
+        "metric names in {}: {names:?}",
+        path.display()
+    );
+    names
 }
 
 /// Creates the series with placeholder label values (as many as the family declares).

@@ -141,7 +141,7 @@ impl Helm {
 }
 
 /// `kubernetes-validate --strict` (unknown fields are errors) of a multi-document file against
-/// each Kubernetes version; `docs` are the kinds in the file, to check every object was
+/// each Kubernetes version; `kinds` are the kinds of its objects, to check every object was
 /// validated except the CRD kinds it has no schema for.
 pub fn kubernetes_validate(file: &Path, kinds: &[String], versions: &[&str]) {
     let mut cmd = Command::new(kubernetes_validate_exe());

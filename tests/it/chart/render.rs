@@ -1,7 +1,7 @@
-//! Checks every rendering of the chart (and the plain manifests) must pass: lint, schema
-//! validation, the gateway Deployment's invariants (security, probes, shutdown, a config
-//! directory mount the hot reload can see) and `switchyard check` of the routing config the
-//! pod would load, with the files and variables the pod would have.
+//! What every rendering of the chart (and the plain manifests) must pass: helm lint,
+//! kubernetes-validate, the gateway Deployment's invariants (security, probes, resources,
+//! shutdown, arguments the gateway's CLI accepts, a config directory mount the hot reload can
+//! see) and `switchyard check` of the routing config with the files and variables the pod has.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -130,6 +130,14 @@ pub fn gateway_invariants(docs: &[Value]) {
         matches!(args.as_slice(), ["--log-format", "json" | "text", "run", "--config", file, "--reload-poll", poll] if *file == CONFIG_FILE && poll.parse::<f64>().is_ok_and(|p| p >= 0.0)),
         "gateway args: {args:?}"
     );
+    accepted_by_the_gateway_cli(container);
+    let resources = &container["resources"];
+    for field in ["/requests/cpu", "/requests/memory", "/limits/memory"] {
+        assert!(
+            resources.pointer(field).is_some(),
+            "resources{field} is set: {resources}"
+        );
+    }
     let mounts = array_at(container, "/volumeMounts");
     assert!(
         mounts.iter().all(|m| m.get("subPath").is_none()),
@@ -235,6 +243,7 @@ pub fn gateway_invariants(docs: &[Value]) {
             init_args.ends_with(&["migrate", "--config", CONFIG_FILE]),
             "initContainer args: {init_args:?}"
         );
+        accepted_by_the_gateway_cli(init);
         for field in ["env", "envFrom", "volumeMounts", "securityContext", "image"] {
             assert_eq!(
                 init.get(field),
@@ -243,6 +252,22 @@ pub fn gateway_invariants(docs: &[Value]) {
             );
         }
     }
+}
+
+/// The container's args (the image's ENTRYPOINT is the gateway) parse with the gateway's own
+/// CLI: `--help` appended, so flag names and values are checked but nothing runs.
+fn accepted_by_the_gateway_cli(container: &Value) {
+    let mut cmd = Command::new(gateway_exe());
+    for arg in array_at(container, "/args") {
+        cmd.arg(arg.as_str().expect("string args"));
+    }
+    cmd.arg("--help");
+    let ran = tools::run(cmd);
+    assert!(
+        ran.ok,
+        "the gateway refuses the container args: {}\n{}",
+        ran.shown, ran.stderr
+    );
 }
 
 /// Runs the gateway's `switchyard check` on the ConfigMap's gateway.yaml as the pod would
