@@ -13,39 +13,15 @@
 # to a file. Environment: SESSIONS (saturation, default 32), RATE (moderate load, calls/s, default 500),
 # RATE_SESSIONS (default 16). Everything binds to 127.0.0.1; every process started here is
 # stopped on exit. The JSON reports are kept in $OUT (default target/loadtest/compare).
-set -euo pipefail
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$REPO"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" compare
 SECONDS_RUN="${1:-5}"
 ROUNDS="${2:-3}"
 SESSIONS="${SESSIONS:-32}"
 RATE="${RATE:-500}"
 RATE_SESSIONS="${RATE_SESSIONS:-16}"
 OUT="${OUT:-$REPO/target/loadtest/compare}"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/sy-compare.XXXXXX")"
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-command -v redis-server >/dev/null || { echo "redis-server missing: bash scripts/install-test-deps.sh installs it" >&2; exit 1; }
-cargo build --release --locked -p switchyard -p switchyard-loadtest >&2
-GW="$REPO/target/release/switchyard"
-LOAD="$REPO/target/release/sy-load"
 mkdir -p "$OUT"
 rm -f "$OUT"/*.json
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-    for _ in $(seq 1 200); do
-        (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.05
-    done
-    echo "nothing listens on 127.0.0.1:$1" >&2; return 1
-}
 
 # The fast upstream: the project's demo server (Rust), over HTTP.
 UP_PORT="$(free_port)"

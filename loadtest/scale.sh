@@ -6,36 +6,13 @@
 #
 # Idle sessions are measured by loadtest/sessions.sh. Everything binds to 127.0.0.1; every
 # process started here is stopped on exit. JSON reports go to $OUT (target/loadtest/scale).
-set -euo pipefail
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$REPO"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" scale
 STREAMS="${1:-2000}"
 OUT="${OUT:-$REPO/target/loadtest/scale}"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/sy-scale.XXXXXX")"
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
 # Two descriptors per stream on the client, one on the gateway, plus upstreams.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-
-cargo build --release --locked -p switchyard -p switchyard-loadtest >&2
-GW="$REPO/target/release/switchyard"
-LOAD="$REPO/target/release/sy-load"
 mkdir -p "$OUT"
 rm -f "$OUT"/*.json
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-    for _ in $(seq 1 200); do
-        (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.05
-    done
-    echo "nothing listens on 127.0.0.1:$1" >&2; return 1
-}
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
 # 1. Idle: the gateway with one tenant and two upstreams (stdio and HTTP), no traffic.

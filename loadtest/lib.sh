@@ -1,0 +1,28 @@
+# Shared by the loadtest scripts (sourced, not run): a work directory, every process started
+# recorded in PIDS and stopped on exit, the release binaries built, and port helpers.
+# Usage: source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" <label>
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/sy-$1.XXXXXX")"
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+command -v redis-server >/dev/null || { echo "redis-server missing: bash scripts/install-test-deps.sh installs it" >&2; exit 1; }
+cargo build --release --locked -p switchyard -p switchyard-loadtest >&2
+GW="$REPO/target/release/switchyard"
+LOAD="$REPO/target/release/sy-load"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() {
+    for _ in $(seq 1 200); do
+        (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "nothing listens on 127.0.0.1:$1" >&2; return 1
+}
