@@ -8,7 +8,9 @@
 #                                                 default 3)
 #
 # Each round runs every target once, in turn, so a slow spell of a shared machine hits all of
-# them; the table shows the median of the rounds.
+# them; the table shows the median of the rounds, and the CPU time the gateway and the HTTP
+# upstream spent per call (from /proc, over the measured window), which a busy shared machine
+# blurs less than throughput. (The stdio upstream's CPU is its child process's, not shown.)
 # The gateways log as in production (RUST_LOG unset: info, text; an audit line per tool call)
 # to a file. Environment: SESSIONS (saturation, default 32), RATE (moderate load, calls/s, default 500),
 # RATE_SESSIONS (default 16). Everything binds to 127.0.0.1; every process started here is
@@ -26,7 +28,8 @@ rm -f "$OUT"/*.json
 # The fast upstream: the project's demo server (Rust), over HTTP.
 UP_PORT="$(free_port)"
 "$GW" demo-server --http "127.0.0.1:$UP_PORT" 2>"$WORK/upstream.log" &
-PIDS+=("$!")
+UP_PID=$!
+PIDS+=("$UP_PID")
 wait_port "$UP_PORT"
 UPSTREAM="http://127.0.0.1:$UP_PORT/mcp"
 
@@ -36,6 +39,7 @@ PIDS+=("$!")
 wait_port "$RPORT"
 
 declare -A TARGET=([direct]="$UPSTREAM")
+declare -A CPU=([direct]="--cpu upstream=$UP_PID")
 gateway() { # $1 = label, $2 = store YAML, $3 = upstream YAML; sets TARGET[gateway-$1]
     local label="$1" port; port="$(free_port)"
     cat >"$WORK/$label.yaml" <<YAML
@@ -50,9 +54,11 @@ tenants:
 YAML
     if [[ "$2" != memory ]]; then "$GW" migrate --config "$WORK/$label.yaml" >&2; fi
     "$GW" run --config "$WORK/$label.yaml" --reload-poll 0 >/dev/null 2>"$WORK/$label.log" &
-    PIDS+=("$!")
+    local pid=$!
+    PIDS+=("$pid")
     wait_port "$port"
     TARGET[gateway-$label]="http://127.0.0.1:$port/t/load/mcp"
+    CPU[gateway-$label]="--cpu gateway=$pid --cpu upstream=$UP_PID"
 }
 
 HTTP_UP="{name: demo, http: {url: \"$UPSTREAM\"}}"
@@ -67,7 +73,8 @@ measure() { # $1 = load name, $2.. = sy-load args
     for round in $(seq 1 "$ROUNDS"); do
         for t in "${ORDER[@]}"; do
             echo "== $load, round $round: $t" >&2
-            "$LOAD" calls --url "${TARGET[$t]}" --seconds "$SECONDS_RUN" --warmup 1 "$@" \
+            # shellcheck disable=SC2086 # CPU holds separate arguments
+            "$LOAD" calls --url "${TARGET[$t]}" --seconds "$SECONDS_RUN" --warmup 1 ${CPU[$t]} "$@" \
                 >"$OUT/$load.$t.$round.json"
         done
     done
@@ -90,15 +97,17 @@ def med(load, t):
         "p50": m(lambda x: x["latency_ms"]["p50"]), "p90": m(lambda x: x["latency_ms"]["p90"]),
         "p99": m(lambda x: x["latency_ms"]["p99"]), "errors": sum(x["errors"] for x in rs),
         "spread": (min(x["throughput_per_s"] for x in rs), max(x["throughput_per_s"] for x in rs)),
+        "gw_cpu": m(lambda x: x["cpu_us_per_call"].get("gateway", 0.0)),
+        "up_cpu": m(lambda x: x["cpu_us_per_call"].get("upstream", 0.0)),
     }
 print(f"median of {rounds} rounds of {json.load(open(os.path.join(out, f'saturation.direct.1.json')))['seconds']:.0f} s each")
-print(f"{'load':<11} {'target':<15} {'calls/s':>9} {'(min-max)':>15} {'ratio':>6} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'errors':>6}")
+print(f"{'load':<11} {'target':<15} {'calls/s':>9} {'(min-max)':>15} {'ratio':>6} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'errors':>6} {'gw cpu us/call':>14} {'upstream cpu us/call':>20}")
 for load in ("saturation", "moderate", "streamed"):
     base = med(load, "direct")
     for t in order:
         x = med(load, t)
         lo, hi = x["spread"]
-        print(f"{load:<11} {t:<15} {x['tput']:>9.0f} {f'({lo:.0f}-{hi:.0f})':>15} {x['tput']/base['tput']:>6.2f} {x['p50']:>8.3f} {x['p90']:>8.3f} {x['p99']:>8.3f} {x['errors']:>6}")
+        print(f"{load:<11} {t:<15} {x['tput']:>9.0f} {f'({lo:.0f}-{hi:.0f})':>15} {x['tput']/base['tput']:>6.2f} {x['p50']:>8.3f} {x['p90']:>8.3f} {x['p99']:>8.3f} {x['errors']:>6} {x['gw_cpu']:>14.1f} {x['up_cpu']:>20.1f}")
 base = med("moderate", "direct")
 for t in order[1:]:
     x = med("moderate", t)

@@ -11,6 +11,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 /// What to run.
+#[derive(Clone)]
 pub struct Plan {
     pub url: String,
     pub sessions: usize,
@@ -24,6 +25,9 @@ pub struct Plan {
     pub progress: bool,
     /// Instead of calling the tool, list every tool (`tools/list`, following `nextCursor`).
     pub list: bool,
+    /// Processes whose CPU time during the measured window is reported per call (the
+    /// gateway, the upstream): a figure a busy shared machine does not blur.
+    pub cpu_pids: Vec<(String, u32)>,
 }
 
 /// What one session measured after the warm-up.
@@ -55,6 +59,15 @@ pub async fn run(plan: Plan) -> Result<Value, String> {
             session(&http, &plan, n, start, measure_from, end).await
         }));
     }
+    // CPU time of the watched processes over the measured window only.
+    let cpu_plan = plan.clone();
+    let cpu = tokio::spawn(async move {
+        tokio::time::sleep_until(measure_from.into()).await;
+        let before = cpu_times(&cpu_plan.cpu_pids);
+        tokio::time::sleep_until(end.into()).await;
+        let after = cpu_times(&cpu_plan.cpu_pids);
+        (before, after)
+    });
     let mut all = Tally::default();
     let mut lists = Vec::new();
     for t in tasks {
@@ -71,7 +84,16 @@ pub async fn run(plan: Plan) -> Result<Value, String> {
     lists.sort_unstable();
     let secs = plan.duration.as_secs_f64();
     let ok = all.latencies_us.len() as f64;
+    let (before, after) = cpu.await.map_err(|e| e.to_string())?;
+    let mut cpu_per_call = serde_json::Map::new();
+    for ((name, _), (b, a)) in plan.cpu_pids.iter().zip(before.iter().zip(after.iter())) {
+        if let (Some(b), Some(a)) = (b, a) {
+            let us = (a - b) as f64 * 1e6 / clock_ticks() as f64;
+            cpu_per_call.insert(name.clone(), json!(us / ok.max(1.0)));
+        }
+    }
     Ok(json!({
+        "cpu_us_per_call": cpu_per_call,
         "scenario": match (plan.list, plan.progress) {
             (true, _) => "tools/list (every page)",
             (false, true) => "tools/call (SSE, progress)",
@@ -89,6 +111,25 @@ pub async fn run(plan: Plan) -> Result<Value, String> {
         "latency_ms": percentiles(&all.latencies_us),
         "tools_list_ms": percentiles(&lists),
     }))
+}
+
+/// utime + stime (clock ticks) of each process, from /proc/<pid>/stat.
+fn cpu_times(pids: &[(String, u32)]) -> Vec<Option<u64>> {
+    pids.iter()
+        .map(|(_, pid)| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // Fields after the command name (which may contain spaces) start after ") ".
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            // utime and stime are fields 14 and 15 of the whole line: 12 and 13 here.
+            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+        })
+        .collect()
+}
+
+/// Clock ticks per second of /proc times (USER_HZ; 100 on Linux).
+fn clock_ticks() -> u64 {
+    100
 }
 
 fn percentiles(sorted_us: &[u32]) -> Value {

@@ -74,6 +74,10 @@ enum Command {
         /// List every tool (all pages) instead of calling one.
         #[arg(long)]
         list: bool,
+        /// NAME=PID: report this process's CPU time per call over the measured window
+        /// (repeatable), e.g. gateway=1234.
+        #[arg(long = "cpu")]
+        cpu: Vec<String>,
     },
     /// Open N idle sessions and measure memory per session.
     Sessions {
@@ -128,8 +132,11 @@ async fn main() -> std::process::ExitCode {
             arguments,
             progress,
             list,
-        } => match serde_json::from_str(&arguments) {
-            Ok(arguments) => {
+            cpu,
+        } => match (serde_json::from_str(&arguments), parse_pids(&cpu)) {
+            (Err(e), _) => Err(format!("--arguments is not JSON: {e}")),
+            (_, Err(e)) => Err(e),
+            (Ok(arguments), Ok(cpu_pids)) => {
                 calls::run(calls::Plan {
                     url,
                     sessions: sessions.max(1),
@@ -140,10 +147,10 @@ async fn main() -> std::process::ExitCode {
                     arguments,
                     progress,
                     list,
+                    cpu_pids,
                 })
                 .await
             }
-            Err(e) => Err(format!("--arguments is not JSON: {e}")),
         },
         Command::Sessions {
             url,
@@ -164,6 +171,22 @@ async fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// `NAME=PID` pairs.
+fn parse_pids(specs: &[String]) -> Result<Vec<(String, u32)>, String> {
+    specs
+        .iter()
+        .map(|s| {
+            let (name, pid) = s
+                .split_once('=')
+                .ok_or(format!("--cpu {s}: expected NAME=PID"))?;
+            let pid = pid
+                .parse()
+                .map_err(|_| format!("--cpu {s}: not a process id"))?;
+            Ok((name.to_owned(), pid))
+        })
+        .collect()
 }
 
 /// Resident set size of a process, in bytes.
