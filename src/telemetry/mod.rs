@@ -170,11 +170,11 @@ fn build_provider(s: &Settings) -> Result<SdkTracerProvider, String> {
 /// entering it. Its fields are the log context of everything the request does.
 pub fn request_span(tenant: &str, http_method: &str) -> tracing::Span {
     use tracing::field::Empty;
-    tracing::info_span!(
+    let span = tracing::info_span!(
         target: TARGET,
         "request",
-        otel.name = http_method,
-        otel.kind = "server",
+        otel.name = Empty,
+        otel.kind = Empty,
         otel.status_code = Empty,
         tenant = tenant,
         http.request.method = http_method,
@@ -184,7 +184,13 @@ pub fn request_span(tenant: &str, http_method: &str) -> tracing::Span {
         http.response.status_code = Empty,
         error.type = Empty,
         trace_id = Empty,
-    )
+    );
+    // The exporter's fields stay out of the logs when nothing is exported.
+    if enabled() {
+        span.record("otel.name", http_method);
+        span.record("otel.kind", "server");
+    }
+    span
 }
 
 /// The span of one request the gateway sends an upstream (exported as a client span), a child
@@ -208,6 +214,8 @@ pub fn upstream_span(tenant: &str, upstream: &str, method: &str) -> tracing::Spa
 
 /// Marks `span` failed with `error` (a bounded label such as `timeout`).
 pub fn record_error(span: &tracing::Span, error: &str) {
-    span.record("otel.status_code", "ERROR");
+    if enabled() {
+        span.record("otel.status_code", "ERROR");
+    }
     span.record("error.type", error);
 }
