@@ -642,26 +642,17 @@ const LIST_CHANGED: [&str; 3] = [
 
 /// The settings that differ between `running` and `next` but apply only at startup.
 fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    if running.listen != next.listen {
-        out.push("listen");
-    }
-    if running.admin_listen != next.admin_listen {
-        out.push("admin_listen");
-    }
-    if running.tls != next.tls {
-        out.push("tls");
-    }
-    if running.limits != next.limits {
-        out.push("limits");
-    }
-    if running.sessions != next.sessions {
-        out.push("sessions");
-    }
-    if running.telemetry != next.telemetry {
-        out.push("telemetry");
-    }
-    out
+    [
+        ("listen", running.listen != next.listen),
+        ("admin_listen", running.admin_listen != next.admin_listen),
+        ("tls", running.tls != next.tls),
+        ("limits", running.limits != next.limits),
+        ("sessions", running.sessions != next.sessions),
+        ("telemetry", running.telemetry != next.telemetry),
+    ]
+    .into_iter()
+    .filter_map(|(name, changed)| changed.then_some(name))
+    .collect()
 }
 
 fn store_unavailable(e: StoreError) -> GatewayError {

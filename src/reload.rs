@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{self, Config, ConfigError, ConfigErrors};
+use crate::config::{self, Config, ConfigErrors};
 use crate::gateway::Gateway;
 
 /// Looks up `${VAR}` values.
@@ -60,15 +60,7 @@ impl ConfigSource {
     /// Reads and validates the file: the config, and the digest of the text it came from.
     pub fn load(&self) -> Result<(Config, Digest), ConfigErrors> {
         let file = self.path.display().to_string();
-        let text = std::fs::read_to_string(&self.path).map_err(|e| ConfigErrors {
-            errors: vec![ConfigError {
-                file: file.clone(),
-                line: 0,
-                col: 0,
-                path: String::new(),
-                message: format!("cannot read the config file: {e}"),
-            }],
-        })?;
+        let text = config::read(&self.path)?;
         let lookup = &*self.lookup;
         let mut config = config::parse(&text, &file, &|name| lookup(name))?;
         config.source = Some(self.path.clone());

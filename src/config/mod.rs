@@ -37,19 +37,24 @@ pub use error::{ConfigError, ConfigErrors};
 /// environment. On failure every problem found is returned, each with `file:line:col`.
 pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+    let text = read(path)?;
+    let env = |name: &str| std::env::var(name).ok();
+    let mut config = parse(&text, &file, &env)?;
+    config.source = Some(path.to_path_buf());
+    Ok(config)
+}
+
+/// The text of the config file at `path`; a file that cannot be read is one config error.
+pub fn read(path: &Path) -> Result<String, ConfigErrors> {
+    std::fs::read_to_string(path).map_err(|e| ConfigErrors {
         errors: vec![ConfigError {
-            file: file.clone(),
+            file: path.display().to_string(),
             line: 0,
             col: 0,
             path: String::new(),
             message: format!("cannot read the config file: {e}"),
         }],
-    })?;
-    let env = |name: &str| std::env::var(name).ok();
-    let mut config = parse(&text, &file, &env)?;
-    config.source = Some(path.to_path_buf());
-    Ok(config)
+    })
 }
 
 /// Parses and validates config text. `source_name` is used in messages; `env` looks up

@@ -2,7 +2,6 @@
 //! by the official SDK clients), refresh on `list_changed` relayed to listening sessions, and
 //! invalid tool definitions left out.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -138,16 +137,7 @@ async fn list_changed_refreshes_the_catalog_and_reaches_listeners() {
     .await;
     let a = session(&gw, "dyn").await;
     let b = session(&gw, "dyn").await;
-    let names = |r: &Value| -> BTreeSet<String> {
-        r["result"]["tools"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|t| t["name"].as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let names = crate::support::client::tool_names;
     let before = names(b.request("tools/list", json!({})).await.last());
     assert!(before.contains("cat__t0") && !before.contains("cat__fresh"));
 

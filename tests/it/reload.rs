@@ -14,7 +14,7 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 use switchyard::upstream::sse::SseParser;
 
-use crate::support::client::RawClient;
+use crate::support::client::{RawClient, text, tool_names};
 use crate::support::config::gateway_exe;
 use crate::support::peers::{HttpPeer, Sdk, free_port, run_client};
 use crate::support::process::GatewayProcess;
@@ -37,24 +37,6 @@ fn configmap_write(dir: &Path, text: &str, version: u32) {
     if version > 1 {
         let _ = std::fs::remove_dir_all(dir.join(format!("..v{}", version - 1)));
     }
-}
-
-fn tool_names(reply: &Value) -> BTreeSet<String> {
-    reply["result"]["tools"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|t| t["name"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn text(reply: &Value) -> String {
-    reply["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no text result in {reply}"))
-        .to_owned()
 }
 
 /// A client continuing `from`'s session (a second connection, as a host's parallel request).

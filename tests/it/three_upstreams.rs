@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::support::client::RawClient;
+use crate::support::client::{RawClient, text};
 use crate::support::config::{config, demo_stdio, gateway_exe, http, stdio, tenant, upstream};
 use crate::support::gateway::TestGateway;
 use crate::support::peers::{HttpPeer, Sdk, everything_stdio, free_port, run_client};
@@ -25,13 +25,6 @@ fn fixture() -> UpstreamConfig {
         &["demo-server", "--stdio", "--conformance"],
     );
     upstream("fixture", per_session(s))
-}
-
-fn text(reply: &Value) -> String {
-    reply["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no text in {reply}"))
-        .to_owned()
 }
 
 #[tokio::test]

@@ -208,3 +208,23 @@ pub fn into_reply_parts(status: u16, headers: HeaderMap, body: Vec<u8>) -> Reply
         messages,
     }
 }
+
+/// The tool names of a `tools/list` response.
+pub fn tool_names(reply: &Value) -> std::collections::BTreeSet<String> {
+    reply["result"]["tools"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The first text block of a `tools/call` response.
+pub fn text(reply: &Value) -> String {
+    reply["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text result in {reply}"))
+        .to_owned()
+}
