@@ -102,6 +102,18 @@ install_py() {
     log "py: installed mcp $("$py" -c 'import importlib.metadata as m; print(m.version("mcp"))')"
 }
 
+# Sets the array named $1 to an apt-get command run as root (directly or through passwordless
+# sudo), or to nothing when this user cannot.
+apt_as_root() {
+    local -n cmd="$1"
+    cmd=()
+    if [[ "$(id -u)" == 0 ]]; then
+        cmd=(env DEBIAN_FRONTEND=noninteractive apt-get)
+    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        cmd=(sudo -n env DEBIAN_FRONTEND=noninteractive apt-get)
+    fi
+}
+
 # -------------------------------------------------------------------- redis --
 ensure_redis() {
     if [[ "${SWITCHYARD_SKIP_REDIS:-}" == 1 ]]; then
@@ -114,13 +126,8 @@ ensure_redis() {
         return
     fi
     local -a apt
-    if [[ "$(id -u)" == 0 ]]; then
-        apt=(env DEBIAN_FRONTEND=noninteractive apt-get)
-    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-        apt=(sudo -n env DEBIAN_FRONTEND=noninteractive apt-get)
-    else
-        die "redis-server is not installed and this user cannot install it (not root, no passwordless sudo). Install it with: sudo apt-get install -y redis-server"
-    fi
+    apt_as_root apt
+    ((${#apt[@]})) || die "redis-server is not installed and this user cannot install it (not root, no passwordless sudo). Install it with: sudo apt-get install -y redis-server"
     command -v apt-get >/dev/null 2>&1 || die "redis-server is not installed and apt-get is unavailable; install redis-server manually"
     log "redis: installing redis-server with: ${apt[*]} install redis-server"
     # Fresh machines often have no package lists yet: update first (bounded).
@@ -172,12 +179,8 @@ install_promtool() {
     fi
     command -v apt-get >/dev/null 2>&1 || die "apt-get not found: promtool is taken from Debian's prometheus package"
     command -v dpkg-deb >/dev/null 2>&1 || die "dpkg-deb not found: it unpacks Debian's prometheus package for promtool"
-    local -a apt=()
-    if [[ "$(id -u)" == 0 ]]; then
-        apt=(env DEBIAN_FRONTEND=noninteractive apt-get)
-    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-        apt=(sudo -n env DEBIAN_FRONTEND=noninteractive apt-get)
-    fi
+    local -a apt
+    apt_as_root apt
     # Fresh machines often have no package lists yet: update them first if we may (bounded).
     if ! apt-cache show prometheus >/dev/null 2>&1; then
         ((${#apt[@]})) || die "Debian package lists do not know 'prometheus' and this user cannot run apt-get update (not root, no passwordless sudo). Run: sudo apt-get update"
