@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side by side in one run: the same tools/call workload against the demo upstream over HTTP
-# directly, then through the gateway (in-memory store, Redis store, and a stdio upstream), and
-# the ratios. Two loads: saturation (closed loop, as fast as answers come) and a moderate
+# directly, through a plain reverse proxy for reference (nginx, when installed), then through
+# the gateway (in-memory store, Redis store, and a stdio upstream), and the ratios. Two loads: saturation (closed loop, as fast as answers come) and a moderate
 # paced rate (latency added by the gateway), plus SSE-streamed calls with progress.
 #
 #   bash loadtest/compare.sh [SECONDS] [ROUNDS]  (measured seconds per run, default 5; rounds,
@@ -61,12 +61,53 @@ YAML
     CPU[gateway-$label]="--cpu gateway=$pid --cpu upstream=$UP_PID"
 }
 
+# The reference: a plain reverse proxy (nginx, one worker process, keep-alive connections to
+# the upstream, no buffering) forwarding bytes without reading them. What it costs is the floor
+# any HTTP proxy pays on this machine (sockets, wake-ups); the gateway is measured against it
+# too. Left out, and said so, when nginx is not installed (apt-get install nginx-light).
+NGINX="$(command -v nginx || { [[ -x /usr/sbin/nginx ]] && echo /usr/sbin/nginx; } || true)"
+if [[ -n "$NGINX" ]]; then
+    NPORT="$(free_port)"
+    mkdir -p "$WORK/nginx"
+    cat >"$WORK/nginx/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/nginx/body;
+  proxy_temp_path $WORK/nginx/proxy;
+  upstream demo { server 127.0.0.1:$UP_PORT; keepalive 64; }
+  server {
+    listen 127.0.0.1:$NPORT;
+    location / {
+      proxy_pass http://demo;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+CONF
+    "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" 2>"$WORK/nginx/stderr.log" &
+    PIDS+=("$!")
+    wait_port "$NPORT"
+    NGINX_WORKER="$(pgrep -P "$(cat "$WORK/nginx/nginx.pid")" | head -n 1)"
+    TARGET[nginx]="http://127.0.0.1:$NPORT/mcp"
+    CPU[nginx]="--cpu gateway=$NGINX_WORKER --cpu upstream=$UP_PID"
+else
+    echo "compare: nginx is not installed; the reference row (a plain reverse proxy) is left out" >&2
+fi
+
 HTTP_UP="{name: demo, http: {url: \"$UPSTREAM\"}}"
 STDIO_UP="{name: demo, stdio: {command: \"$GW\", args: [demo-server, --stdio], sharing: shared, pool_size: 2}}"
 gateway memory memory "$HTTP_UP"
 gateway redis "{redis: {url: \"redis://127.0.0.1:$RPORT\", prefix: sy}}" "$HTTP_UP"
 gateway stdio memory "$STDIO_UP"
 ORDER=(direct gateway-memory gateway-redis gateway-stdio)
+if [[ -n "$NGINX" ]]; then ORDER=(direct nginx gateway-memory gateway-redis gateway-stdio); fi
 
 measure() { # $1 = load name, $2.. = sy-load args
     local load="$1"; shift

@@ -1,7 +1,8 @@
 //! The `calls` scenario: N concurrent MCP sessions, each `initialize` → `notifications/initialized`
 //! → `tools/list` → `tools/call` in a loop (plain JSON answers, or SSE-streamed ones with
 //! progress), closed-loop as fast as answers come or paced to a total rate. Latency is
-//! measured from sending to the end of the answer; paced calls that could only be sent more
+//! measured from sending to the last byte of the answer (checking the answer is the client's
+//! work and not counted); paced calls that could only be sent more
 //! than one interval late (the client fell behind a slow server) are counted as late starts.
 //! Reported as percentiles with throughput and errors.
 
@@ -168,7 +169,7 @@ async fn session(
     ))
     .await;
     match list {
-        Ok(_) => tally.list_us = Some(micros(t.elapsed())),
+        Ok((_, done)) => tally.list_us = Some(micros(done.duration_since(t))),
         Err(e) => return Err(format!("tools/list: {e}")),
     }
     // Paced sessions start spread over one interval, so the total rate is even.
@@ -197,9 +198,11 @@ async fn session(
             }
             let body =
                 json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
-            exchange(post(body.to_string())).await.map(drop)
+            let sent = Instant::now();
+            exchange(post(body.to_string()))
+                .await
+                .map(|(_, done)| done.duration_since(sent))
         };
-        let took = sent.elapsed();
         if let Some(i) = interval
             && due >= measure_from
             && sent.duration_since(due) > i
@@ -208,7 +211,7 @@ async fn session(
         }
         if due >= measure_from {
             match result {
-                Ok(()) => tally.latencies_us.push(micros(took)),
+                Ok(took) => tally.latencies_us.push(micros(took)),
                 Err(e) => {
                     tally.errors += 1;
                     tally.first_error.get_or_insert(e);
@@ -222,13 +225,15 @@ async fn session(
     Ok(tally)
 }
 
-/// Lists every tool, page by page.
-async fn list_all<F, Fut>(post: &F, id: &mut u64) -> Result<(), String>
+/// Lists every tool, page by page; the time is the sum of the pages' times (each from its
+/// request to the last byte of its answer).
+async fn list_all<F, Fut>(post: &F, id: &mut u64) -> Result<Duration, String>
 where
     F: Fn(String) -> Fut,
     Fut: std::future::Future<Output = reqwest::Result<reqwest::Response>>,
 {
     let mut cursor: Option<String> = None;
+    let mut took = Duration::ZERO;
     for _ in 0..10_000 {
         *id += 1;
         let params = match &cursor {
@@ -236,9 +241,12 @@ where
             None => json!({}),
         };
         let body = json!({"jsonrpc": "2.0", "id": *id, "method": "tools/list", "params": params});
-        match exchange(post(body.to_string())).await? {
+        let sent = Instant::now();
+        let (next, done) = exchange(post(body.to_string())).await?;
+        took += done.duration_since(sent);
+        match next {
             Some(next) => cursor = Some(next),
-            None => return Ok(()),
+            None => return Ok(took),
         }
     }
     Err("tools/list never ended (10,000 pages)".to_owned())
@@ -264,14 +272,16 @@ struct ResultHead<'a> {
 }
 
 /// Sends a request and reads its whole answer (JSON, or an SSE stream ending with the
-/// response); returns the result's `nextCursor`. An HTTP error, a JSON-RPC error or a tool
-/// error (`isError`) is an error.
+/// response); returns the result's `nextCursor` and when the answer's last byte arrived (the
+/// end of its latency: checking the answer is the client's time, not the server's). An HTTP
+/// error, a JSON-RPC error or a tool error (`isError`) is an error.
 async fn exchange(
     send: impl std::future::Future<Output = reqwest::Result<reqwest::Response>>,
-) -> Result<Option<String>, String> {
+) -> Result<(Option<String>, Instant), String> {
     let resp = send.await.map_err(|e| e.to_string())?;
     let status = resp.status();
     let body = resp.bytes().await.map_err(|e| e.to_string())?;
+    let done = Instant::now();
     if !status.is_success() {
         return Err(format!("HTTP {status}: {}", String::from_utf8_lossy(&body)));
     }
@@ -293,5 +303,5 @@ async fn exchange(
     if head.is_error {
         return Err(String::from_utf8_lossy(last).into_owned());
     }
-    Ok(head.next_cursor.map(|c| c.into_owned()))
+    Ok((head.next_cursor.map(|c| c.into_owned()), done))
 }

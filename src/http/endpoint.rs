@@ -97,8 +97,8 @@ fn traced(span: &tracing::Span, params: Option<&RawValue>, parts: &Parts) {
 }
 
 /// Records the (hashed) session id in the current request span.
-fn note_session(id: &crate::session::SessionId) {
-    tracing::Span::current().record("mcp.session.id", tracing::field::display(id.hashed()));
+fn note_session(session: &LiveSession) {
+    tracing::Span::current().record("mcp.session.id", session.log_id.as_str());
 }
 
 async fn post(
@@ -161,7 +161,7 @@ async fn dispatch(
         }
         return Ok(match router::initialize(gateway, tenant, user, req).await {
             Ok((session, body)) => {
-                note_session(&session.key.id);
+                note_session(&session);
                 let mut resp = json(body);
                 if let Ok(v) = HeaderValue::from_str(session.key.id.as_str()) {
                     resp.headers_mut().insert(mcp::SESSION_ID, v);
@@ -207,7 +207,8 @@ async fn dispatch(
             accepted()
         }
         Message::Response(r) => {
-            router::handle_response(&session, &r, bytes).await;
+            // Boxed: relaying an answer upstream may open a connection; a rare, large state.
+            Box::pin(router::handle_response(&session, &r, bytes)).await;
             accepted()
         }
     };
@@ -233,7 +234,7 @@ async fn session_of(
 ) -> Result<Arc<LiveSession>, GatewayError> {
     let id = headers::session_id(&parts.headers)?.ok_or(GatewayError::SessionRequired)?;
     let session = gateway.find_session(tenant, user, id).await?;
-    note_session(&session.key.id);
+    note_session(&session);
     Ok(session)
 }
 

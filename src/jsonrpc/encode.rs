@@ -55,12 +55,18 @@ pub fn response_with_id(id: &RawValue, outcome: Outcome<'_>) -> Vec<u8> {
 /// `{"jsonrpc":"2.0","id":<id>,"result":<result bytes>}` where `result` is already JSON.
 pub fn result_response(id: &RawValue, result_json: &[u8]) -> Bytes {
     let mut buf = Vec::with_capacity(40 + id.get().len() + result_json.len());
-    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    buf.extend_from_slice(id.get().as_bytes());
-    buf.extend_from_slice(b",\"result\":");
+    result_prefix(&mut buf, id);
     buf.extend_from_slice(result_json);
     buf.push(b'}');
     Bytes::from(buf)
+}
+
+/// The start of a result response, up to where the result goes; the writer of the result
+/// closes the envelope with one more `}` (for results built in place, never copied).
+pub fn result_prefix(buf: &mut Vec<u8>, id: &RawValue) {
+    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    buf.extend_from_slice(id.get().as_bytes());
+    buf.extend_from_slice(b",\"result\":");
 }
 
 /// The `error` object: `{"code":..,"message":..,"data":..}`.

@@ -7,7 +7,8 @@ mod object;
 mod parse;
 
 pub use encode::{
-    error_body, error_response, notification, request, response_with_id, result_response,
+    error_body, error_response, notification, request, response_with_id, result_prefix,
+    result_response,
 };
 pub use object::RawObject;
 pub use parse::{Message, Notification, Outcome, ParseError, Request, Response, parse};

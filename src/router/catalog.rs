@@ -24,13 +24,15 @@ use crate::upstream::{InternalReply, Page, PageKey, Upstream, error_message};
 /// Upper bound on pages walked from one upstream to find who owns a name.
 const MAX_LOOKUP_PAGES: usize = 100;
 
-/// The result JSON of one page of an aggregated list. `cursor` is the client's cursor.
+/// The JSON-RPC response (`id` the request's) carrying one page of an aggregated list.
+/// `cursor` is the client's cursor. The page is written once, into a buffer sized for it.
 pub async fn list_page(
     tenant: &Arc<Tenant>,
     session: &Arc<LiveSession>,
     principal: &Principal,
     kind: ListKind,
     cursor: Option<&str>,
+    id: &RawValue,
 ) -> Result<Vec<u8>, GatewayError> {
     let policed = kind == ListKind::Tools && !tenant.policies.is_empty();
     // Which upstreams to ask, and from where.
@@ -51,7 +53,13 @@ pub async fn list_page(
         .map(|(u, pos)| page(session, u, kind, pos.as_deref()));
     let pages = futures_util::future::join_all(fetches).await;
 
-    let mut out = Vec::with_capacity(4096);
+    let items: usize = pages
+        .iter()
+        .flatten()
+        .flat_map(|p| p.items.iter().map(|i| i.get().len() + 1))
+        .sum();
+    let mut out = Vec::with_capacity(items + id.get().len() + 256);
+    jsonrpc::result_prefix(&mut out, id);
     out.extend_from_slice(b"{\"");
     out.extend_from_slice(kind.key().as_bytes());
     out.extend_from_slice(b"\":[");
@@ -104,7 +112,7 @@ pub async fn list_page(
         out.extend_from_slice(b",\"_meta\":");
         serde_json::to_writer(&mut out, &meta).map_err(|_| GatewayError::Internal)?;
     }
-    out.push(b'}');
+    out.extend_from_slice(b"}}");
     Ok(out)
 }
 

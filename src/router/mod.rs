@@ -255,7 +255,9 @@ pub async fn ensure_link(
     if let Some(conn) = session.link(id) {
         return Ok(conn);
     }
-    let (conn, owned) = upstream.connect(session).await?;
+    // Boxed: the handshake's state is large and needed once per session and upstream, not
+    // in every request's future.
+    let (conn, owned) = Box::pin(upstream.connect(session)).await?;
     if session.has_get_stream() {
         conn.listen();
     }
@@ -318,8 +320,17 @@ async fn list(
             .map(|c| c.into_owned()),
         None => None,
     };
-    let result = catalog::list_page(tenant, session, principal, kind, cursor.as_deref()).await?;
-    Ok(Reply::Json(jsonrpc::result_response(req.id, &result)))
+    // Boxed: a fan-out over every upstream is a large state, kept out of other requests'.
+    let response = Box::pin(catalog::list_page(
+        tenant,
+        session,
+        principal,
+        kind,
+        cursor.as_deref(),
+        req.id,
+    ))
+    .await?;
+    Ok(Reply::Json(Bytes::from(response)))
 }
 
 fn params_object<'a>(req: &'a Request<'_>) -> Result<RawObject<'a>, GatewayError> {
@@ -348,7 +359,9 @@ async fn resolve_name<'t>(
             .map(|(u, own)| (u, own.to_owned()))
             .ok_or_else(|| names::unknown_name(tenant, what, name));
     }
-    catalog::owner_by_name(tenant, session, kind, name)
+    // Boxed (like every rarely taken walk over upstream pages): its state stays out of the
+    // future of every forwarded request.
+    Box::pin(catalog::owner_by_name(tenant, session, kind, name))
         .await
         .map(|u| (u, name.to_owned()))
         .ok_or_else(|| names::unknown_name(tenant, what, name))
@@ -365,7 +378,7 @@ async fn resolve_uri<'t>(
             .map(|(u, own)| (u, own.to_owned()))
             .ok_or_else(|| names::unknown_uri(tenant, uri));
     }
-    catalog::owner_by_uri(tenant, session, uri)
+    Box::pin(catalog::owner_by_uri(tenant, session, uri))
         .await
         .map(|u| (u, uri.to_owned()))
         .ok_or_else(|| names::unknown_uri(tenant, uri))

@@ -61,22 +61,29 @@ impl SessionId {
     /// bearer secret for the session, never appears.
     pub fn hashed(&self) -> HashedId {
         let digest = ring::digest::digest(&ring::digest::SHA256, self.0.as_bytes());
-        let mut out = [0u8; 8];
-        out.copy_from_slice(&digest.as_ref()[..8]);
+        let mut out = [0u8; 16];
+        for (i, b) in digest.as_ref()[..8].iter().enumerate() {
+            out[2 * i] = HEX[usize::from(b >> 4)];
+            out[2 * i + 1] = HEX[usize::from(b & 0xf)];
+        }
         HashedId(out)
     }
 }
 
-/// A session id's hash for logs and traces ([`SessionId::hashed`]).
+/// A session id's hash for logs and traces ([`SessionId::hashed`]), kept as its hex text.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub struct HashedId([u8; 8]);
+pub struct HashedId([u8; 16]);
+
+impl HashedId {
+    pub fn as_str(&self) -> &str {
+        // Hex digits only: always valid UTF-8.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
 
 impl fmt::Display for HashedId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        f.write_str(self.as_str())
     }
 }
 

@@ -45,6 +45,8 @@ struct LinkSlot {
 
 pub struct LiveSession {
     pub key: SessionKey,
+    /// The id as logs show it (`SessionId::hashed`), computed once.
+    pub log_id: super::id::HashedId,
     /// Negotiated with the client at `initialize`.
     pub protocol_version: ProtocolVersion,
     pub client_capabilities: Value,
@@ -98,6 +100,7 @@ impl LiveSession {
         };
         let events_key = key.clone();
         LiveSession {
+            log_id: key.id.hashed(),
             key,
             protocol_version,
             capabilities_fingerprint,

@@ -1,6 +1,7 @@
-//! Logs and traces: the process's `tracing` subscriber (text or JSON logs on stderr, filtered
-//! by `RUST_LOG`) and, when configured, OpenTelemetry export of the gateway's spans (one per
-//! client request, one per upstream call) to an OTLP/HTTP collector.
+//! Logs and traces: the process's `tracing` subscriber (text or JSON logs on stderr, written in
+//! batches by `writer.rs`, filtered by `RUST_LOG`) and, when configured, OpenTelemetry export
+//! of the gateway's spans (one per client request, one per upstream call) to an OTLP/HTTP
+//! collector.
 //!
 //! Tracing is on when the config's `telemetry.otlp_endpoint` or one of the standard
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` variables is set, and
@@ -11,6 +12,7 @@
 
 mod context;
 mod settings;
+mod writer;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -57,9 +59,9 @@ pub struct Telemetry {
 
 impl Telemetry {
     /// Exports the spans still buffered and stops the exporter (blocking; call it outside the
-    /// async runtime).
-    pub fn shutdown(self) {
-        if let Some(provider) = self.provider
+    /// async runtime), then writes the pending log lines.
+    pub fn shutdown(mut self) {
+        if let Some(provider) = self.provider.take()
             && let Err(e) = provider.shutdown()
         {
             tracing::warn!(error = %e, "trace exporter did not shut down cleanly");
@@ -67,9 +69,18 @@ impl Telemetry {
     }
 }
 
-/// Installs logging only (commands that serve nothing).
+impl Drop for Telemetry {
+    /// Log lines are written in batches: whatever way the process ends, the last ones too.
+    fn drop(&mut self) {
+        writer::flush();
+    }
+}
+
+/// Installs logging only (commands that serve nothing): lines written at once.
 pub fn init_logs(format: LogFormat) {
-    let _ = Registry::default().with(log_layer(format)).try_init();
+    let _ = Registry::default()
+        .with(log_layer(format, writer::LogWriter::Direct))
+        .try_init();
 }
 
 /// Installs logging and, when [`settings`] says so, trace export. A trace exporter that
@@ -93,7 +104,7 @@ pub fn init(format: LogFormat, config: &TelemetryConfig) -> Telemetry {
             .with_filter(Targets::new().with_target(TARGET, tracing::Level::INFO))
     });
     let _ = Registry::default()
-        .with(log_layer(format))
+        .with(log_layer(format, writer::LogWriter::stderr()))
         .with(otel)
         .try_init();
     if let Some(p) = std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL")
@@ -117,14 +128,14 @@ pub fn init(format: LogFormat, config: &TelemetryConfig) -> Telemetry {
     Telemetry { provider }
 }
 
-fn log_layer(format: LogFormat) -> Box<dyn Layer<Registry> + Send + Sync> {
+fn log_layer(
+    format: LogFormat,
+    writer: writer::LogWriter,
+) -> Box<dyn Layer<Registry> + Send + Sync> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    // Colours only for a terminal: escape codes in a log file or pipe cost time and get in
-    // the way of whoever reads it.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let base = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi);
+    // No colours (the subscriber is built without them): escape codes cost time on every
+    // line and get in the way of whoever reads a log file.
+    let base = tracing_subscriber::fmt::layer().with_writer(writer);
     match format {
         LogFormat::Text => base.with_filter(filter).boxed(),
         LogFormat::Json => base

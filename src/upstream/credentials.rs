@@ -40,7 +40,7 @@ struct FileState {
 impl Credentials {
     pub fn new(
         config: &HttpConfig,
-        http: reqwest::Client,
+        connect_timeout: Duration,
         upstream: &str,
     ) -> Result<Credentials, String> {
         let mut static_headers = HeaderMap::new();
@@ -68,13 +68,20 @@ impl Credentials {
                 values: vec![None; files.len()],
             }),
             files,
-            oauth: config.oauth2.as_ref().map(|c| TokenSource {
-                config: c.clone(),
-                resource: c.resource.clone().unwrap_or_else(|| config.url.clone()),
-                http,
-                upstream: upstream.to_owned(),
-                cached: tokio::sync::Mutex::new(None),
-            }),
+            oauth: match &config.oauth2 {
+                // The token endpoint's client; the upstream's own traffic has its own.
+                Some(c) => Some(TokenSource {
+                    config: c.clone(),
+                    resource: c.resource.clone().unwrap_or_else(|| config.url.clone()),
+                    http: reqwest::Client::builder()
+                        .connect_timeout(connect_timeout)
+                        .build()
+                        .map_err(|e| format!("token endpoint HTTP client: {e}"))?,
+                    upstream: upstream.to_owned(),
+                    cached: tokio::sync::Mutex::new(None),
+                }),
+                None => None,
+            },
         };
         credentials.refresh_files(true);
         Ok(credentials)
@@ -182,7 +189,8 @@ impl TokenSource {
         {
             return Ok(value.clone());
         }
-        let (value, lifetime) = self.fetch().await?;
+        // Boxed: the token request's state is large and needed once per token lifetime.
+        let (value, lifetime) = Box::pin(self.fetch()).await?;
         let renew_at = Instant::now() + lifetime - RENEW_BEFORE.min(lifetime / 2);
         *cached = Some((value.clone(), renew_at));
         Ok(value)
@@ -310,7 +318,7 @@ mod tests {
             header_files: vec![("Authorization".into(), path.clone())],
             oauth2: None,
         };
-        let c = Credentials::new(&config, reqwest::Client::new(), "u").unwrap();
+        let c = Credentials::new(&config, Duration::from_secs(5), "u").unwrap();
         let h = c.headers().await.unwrap();
         assert_eq!(h.get("authorization").unwrap(), "Bearer first");
         assert_eq!(h.get("x-static").unwrap(), "s");

@@ -6,13 +6,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use ::http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use ::http::{Method, StatusCode};
 use bytes::{Bytes, BytesMut};
-use reqwest::StatusCode;
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
 use super::connection::{Connection, Link};
 use super::credentials::Credentials;
 use super::handshake;
+use super::http_client::{OriginClient, Response};
 use super::sse::SseParser;
 use crate::error::GatewayError;
 use crate::protocol::{ProtocolVersion, header};
@@ -23,12 +24,14 @@ use crate::telemetry::Propagation;
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 /// Upper bound on waiting for an upstream's answer to a DELETE at shutdown.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long an answered request's event stream may take to end before its connection is
+/// dropped rather than reused.
+const STREAM_END_WAIT: Duration = Duration::from_millis(100);
 /// Slack added to a request's hard deadline for the HTTP exchange itself.
 const EXCHANGE_SLACK: Duration = Duration::from_secs(10);
 
 pub struct HttpLink {
-    client: reqwest::Client,
-    url: reqwest::Url,
+    client: Arc<OriginClient>,
     /// The gateway's own credentials for this upstream (never the client's).
     credentials: Arc<Credentials>,
     session_id: Mutex<Option<HeaderValue>>,
@@ -46,8 +49,7 @@ pub struct HttpLink {
 
 impl HttpLink {
     pub fn new(
-        client: reqwest::Client,
-        url: reqwest::Url,
+        client: Arc<OriginClient>,
         credentials: Arc<Credentials>,
         max_request_timeout: Duration,
         init_timeout: Duration,
@@ -55,7 +57,6 @@ impl HttpLink {
     ) -> HttpLink {
         HttpLink {
             client,
-            url,
             credentials,
             session_id: Mutex::new(None),
             protocol_version: Mutex::new(None),
@@ -131,7 +132,7 @@ impl HttpLink {
         Ok(h)
     }
 
-    fn remember_session(&self, resp: &reqwest::Response) {
+    fn remember_session(&self, resp: &Response) {
         if let Some(v) = resp.headers().get(header::SESSION_ID)
             && let Ok(mut s) = self.session_id.lock()
             && s.as_ref() != Some(v)
@@ -147,7 +148,7 @@ impl HttpLink {
         body: Bytes,
         upstream: &str,
         trace: Option<&Propagation>,
-    ) -> Result<(reqwest::Response, bool), GatewayError> {
+    ) -> Result<(Response, bool), GatewayError> {
         let mut headers = self.base_headers(ACCEPT_BOTH).await?;
         let had_session = headers.contains_key(header::SESSION_ID);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -160,15 +161,12 @@ impl HttpLink {
                 headers.insert(HeaderName::from_static("tracestate"), v);
             }
         }
+        // Bounded by the caller: a request's whole exchange, or `post_message`.
         let resp = self
             .client
-            .post(self.url.clone())
-            .headers(headers)
-            .timeout(self.exchange_timeout)
-            .body(body)
-            .send()
+            .send(Method::POST, headers, body)
             .await
-            .map_err(|e| unavailable(upstream, describe_reqwest(&e)))?;
+            .map_err(|e| unavailable(upstream, e.to_string()))?;
         self.remember_session(&resp);
         Ok((resp, had_session))
     }
@@ -183,7 +181,16 @@ impl HttpLink {
     ) {
         tokio::spawn(async move {
             let link = http_link(&conn);
-            if let Err(e) = link.exchange(&conn, id, body, trace.as_ref()).await {
+            // The whole exchange, the answer's stream included, is bounded.
+            let exchange = link.exchange(&conn, id, body, trace.as_ref());
+            let failed = match tokio::time::timeout(link.exchange_timeout, exchange).await {
+                Ok(r) => r.err(),
+                Err(_) => Some(closed(
+                    conn.upstream_name(),
+                    "the answer took longer than the longest request timeout".into(),
+                )),
+            };
+            if let Some(e) = failed {
                 conn.fail(id, e);
             }
         });
@@ -217,7 +224,8 @@ impl HttpLink {
             if session_lost(status, had_session) && !retried {
                 drop(resp);
                 retried = true;
-                self.reinitialize(conn, generation).await?;
+                // Boxed: a new handshake is a large state, rarely needed.
+                Box::pin(self.reinitialize(conn, generation)).await?;
                 continue;
             }
             return Err(self.status_error(upstream, resp).await);
@@ -229,7 +237,7 @@ impl HttpLink {
         &self,
         conn: &Arc<Connection>,
         id: u64,
-        mut resp: reqwest::Response,
+        mut resp: Response,
     ) -> Result<(), GatewayError> {
         let upstream = conn.upstream_name();
         if is_event_stream(resp.headers()) {
@@ -238,7 +246,7 @@ impl HttpLink {
                 let chunk = resp
                     .chunk()
                     .await
-                    .map_err(|e| closed(upstream, describe_reqwest(&e)))?;
+                    .map_err(|e| closed(upstream, e.to_string()))?;
                 let Some(chunk) = chunk else { break };
                 parser.push(&chunk);
                 while let Some(ev) = parser
@@ -250,6 +258,9 @@ impl HttpLink {
                     }
                 }
                 if !conn.is_pending(id) {
+                    // Answered. The upstream ends the stream now: reading to its end (briefly)
+                    // lets the connection be reused instead of closed.
+                    let _ = tokio::time::timeout(STREAM_END_WAIT, resp.drain()).await;
                     return Ok(());
                 }
             }
@@ -279,14 +290,22 @@ impl HttpLink {
         body: Bytes,
     ) -> Result<(), GatewayError> {
         let upstream = conn.upstream_name();
-        let (resp, _) = self.post(body, upstream, None).await?;
+        let (resp, _) = match tokio::time::timeout(
+            self.exchange_timeout,
+            self.post(body, upstream, None),
+        )
+        .await
+        {
+            Ok(r) => r?,
+            Err(_) => return Err(unavailable(upstream, "timed out".into())),
+        };
         if resp.status().is_success() {
             return Ok(());
         }
         Err(self.status_error(upstream, resp).await)
     }
 
-    async fn status_error(&self, upstream: &str, resp: reqwest::Response) -> GatewayError {
+    async fn status_error(&self, upstream: &str, resp: Response) -> GatewayError {
         let status = resp.status();
         let mut resp = resp;
         let snippet = read_body(&mut resp, 512, upstream)
@@ -366,14 +385,11 @@ impl HttpLink {
                 return;
             }
         };
-        let req = self
-            .client
-            .delete(self.url.clone())
-            .headers(headers)
-            .timeout(DELETE_TIMEOUT)
-            .send();
-        if let Err(e) = req.await {
-            tracing::debug!(error = %describe_reqwest(&e), "upstream session DELETE failed");
+        let req = self.client.send(Method::DELETE, headers, Bytes::new());
+        match tokio::time::timeout(DELETE_TIMEOUT, req).await {
+            Ok(Ok(mut resp)) => resp.drain().await,
+            Ok(Err(e)) => tracing::debug!(error = %e, "upstream session DELETE failed"),
+            Err(_) => tracing::debug!("upstream session DELETE timed out"),
         }
     }
 }
@@ -406,10 +422,10 @@ async fn listen_loop(conn: Weak<Connection>) {
                     {
                         headers.insert(HeaderName::from_static(header::LAST_EVENT_ID), id);
                     }
-                    let send = l.client.get(l.url.clone()).headers(headers).send();
+                    let client = l.client.clone();
                     // Hold no strong reference while waiting: the connection may close.
                     drop(c);
-                    send.await
+                    client.send(Method::GET, headers, Bytes::new()).await
                 }
                 Err(e) => {
                     drop(c);
@@ -455,7 +471,7 @@ async fn listen_loop(conn: Weak<Connection>) {
                 tracing::debug!(upstream = %name, status = %resp.status(), "upstream GET stream refused");
             }
             Err(e) => {
-                tracing::debug!(upstream = %name, error = %describe_reqwest(&e), "upstream GET stream failed");
+                tracing::debug!(upstream = %name, error = %e, "upstream GET stream failed");
             }
         }
         tokio::time::sleep(backoff).await;
@@ -476,7 +492,7 @@ fn is_event_stream(headers: &HeaderMap) -> bool {
 }
 
 async fn read_body(
-    resp: &mut reqwest::Response,
+    resp: &mut Response,
     limit: usize,
     upstream: &str,
 ) -> Result<Bytes, GatewayError> {
@@ -490,7 +506,7 @@ async fn read_body(
     while let Some(chunk) = resp
         .chunk()
         .await
-        .map_err(|e| closed(upstream, describe_reqwest(&e)))?
+        .map_err(|e| closed(upstream, e.to_string()))?
     {
         if buf.len() + chunk.len() > limit {
             return Err(protocol(
@@ -501,25 +517,6 @@ async fn read_body(
         buf.extend_from_slice(&chunk);
     }
     Ok(buf.freeze())
-}
-
-/// A reqwest error without the URL (it may carry credentials in odd configs) or internals.
-fn describe_reqwest(e: &reqwest::Error) -> String {
-    let kind = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "connection failed"
-    } else if e.is_body() || e.is_decode() {
-        "the response body broke off"
-    } else if e.is_request() {
-        "the request could not be sent"
-    } else {
-        "HTTP error"
-    };
-    match std::error::Error::source(e) {
-        Some(src) => format!("{kind}: {src}"),
-        None => kind.to_owned(),
-    }
 }
 
 fn unavailable(upstream: &str, reason: String) -> GatewayError {

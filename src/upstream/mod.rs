@@ -7,6 +7,7 @@ mod connection;
 mod credentials;
 mod handshake;
 mod http;
+mod http_client;
 pub mod sse;
 mod stdio;
 mod stream;
@@ -28,6 +29,7 @@ use crate::session::LiveSession;
 use crate::tenant::SessionDirectory;
 use credentials::Credentials;
 use http::HttpLink;
+use http_client::OriginClient;
 use stdio::StdioLink;
 
 /// What every connection to one upstream shares: its name and bounds.
@@ -98,8 +100,7 @@ enum UpstreamKind {
         pool: Box<[Arc<Connection>]>,
     },
     Http {
-        client: reqwest::Client,
-        url: reqwest::Url,
+        client: Arc<OriginClient>,
         credentials: Arc<Credentials>,
     },
 }
@@ -147,17 +148,11 @@ impl Upstream {
                 pool: Box::default(),
             },
             UpstreamTransport::Http(h) => {
-                let url = reqwest::Url::parse(&h.url).map_err(|e| format!("invalid URL: {e}"))?;
-                let client = reqwest::Client::builder()
-                    .connect_timeout(config.init_timeout)
-                    .pool_idle_timeout(Duration::from_secs(90))
-                    .tcp_nodelay(true)
-                    .build()
-                    .map_err(|e| format!("HTTP client: {e}"))?;
-                let credentials = Arc::new(Credentials::new(h, client.clone(), &config.name)?);
+                let url = url::Url::parse(&h.url).map_err(|e| format!("invalid URL: {e}"))?;
+                let client = Arc::new(OriginClient::new(&url, config.init_timeout)?);
+                let credentials = Arc::new(Credentials::new(h, config.init_timeout, &config.name)?);
                 UpstreamKind::Http {
                     client,
-                    url,
                     credentials,
                 }
             }
@@ -257,7 +252,6 @@ impl Upstream {
             }
             UpstreamKind::Http {
                 client,
-                url,
                 credentials,
             } => {
                 let conn = Arc::new(Connection::new(
@@ -266,7 +260,6 @@ impl Upstream {
                     owner,
                     Link::Http(HttpLink::new(
                         client.clone(),
-                        url.clone(),
                         credentials.clone(),
                         self.info.max_request_timeout,
                         self.info.init_timeout,
