@@ -32,6 +32,19 @@ pub enum GatewayError {
     UnsupportedProtocolVersion { requested: String },
     #[error("Bad Request: {0}")]
     BadHeader(String),
+    /// A mirrored request header (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`,
+    /// `Mcp-Param-*`) is missing, malformed, or differs from the body (2026-07-28).
+    #[error("Header mismatch: {0}")]
+    HeaderMismatch(String),
+    /// A stateless request without the `_meta` field named (2026-07-28).
+    #[error("Invalid params: {0} is required in params._meta")]
+    MissingMeta(&'static str),
+    /// Serving the request needs client capabilities it did not declare (2026-07-28).
+    #[error("Missing required client capability: {}", required.join(", "))]
+    MissingClientCapability { required: Vec<String> },
+    /// A method the stateless revision does not serve here (HTTP 404, 2026-07-28).
+    #[error("Method not found: {0}")]
+    MethodNotServed(String),
     #[error("Bad Request: Mcp-Session-Id header is required")]
     SessionRequired,
     #[error("Session not found")]
@@ -116,6 +129,10 @@ impl GatewayError {
             BatchNotSupported => "batch_not_supported",
             UnsupportedProtocolVersion { .. } => "unsupported_protocol_version",
             BadHeader(_) => "bad_header",
+            HeaderMismatch(_) => "header_mismatch",
+            MissingMeta(_) => "missing_meta",
+            MissingClientCapability { .. } => "missing_client_capability",
+            MethodNotServed(_) => "method_not_found",
             SessionRequired => "session_required",
             SessionNotFound => "session_not_found",
             MethodNotAllowed => "method_not_allowed",
@@ -152,7 +169,11 @@ impl GatewayError {
             | BatchNotSupported
             | UnsupportedProtocolVersion { .. }
             | BadHeader(_)
+            | HeaderMismatch(_)
+            | MissingMeta(_)
+            | MissingClientCapability { .. }
             | SessionRequired => StatusCode::BAD_REQUEST,
+            MethodNotServed(_) => StatusCode::NOT_FOUND,
             SessionNotFound => StatusCode::NOT_FOUND,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ShuttingDown | AuthUnavailable | StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -182,6 +203,10 @@ impl GatewayError {
             Parse(_) => code::PARSE_ERROR,
             UnsupportedProtocolVersion { .. } => code::UNSUPPORTED_PROTOCOL_VERSION,
             SessionNotFound => code::SESSION_NOT_FOUND,
+            HeaderMismatch(_) => code::HEADER_MISMATCH,
+            MissingMeta(_) => code::INVALID_PARAMS,
+            MissingClientCapability { .. } => code::MISSING_CLIENT_CAPABILITY,
+            MethodNotServed(_) => code::METHOD_NOT_FOUND,
             NotAcceptable { .. }
             | UnsupportedMediaType
             | BodyTooLarge { .. }
@@ -217,6 +242,13 @@ impl GatewayError {
                 "supported": ProtocolVersion::served_list(),
                 "requested": requested,
             })),
+            GatewayError::MissingClientCapability { required } => {
+                let caps: serde_json::Map<String, Value> = required
+                    .iter()
+                    .map(|c| (c.clone(), Value::Object(Default::default())))
+                    .collect();
+                Some(serde_json::json!({ "requiredCapabilities": caps }))
+            }
             GatewayError::UpstreamUnavailable { upstream, .. }
             | GatewayError::UpstreamTimeout { upstream, .. }
             | GatewayError::UpstreamClosed { upstream, .. }

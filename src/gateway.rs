@@ -39,6 +39,8 @@ pub struct Gateway {
     bus_listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Forwarded requests whose events are still being recorded (drained at shutdown).
     pumps: Arc<Pumps>,
+    /// Requests of stateless clients waiting for their retry with the input they need.
+    pub interactions: crate::router::mrtr::Interactions,
 }
 
 /// The tenants of one config, by endpoint path and by name.
@@ -151,6 +153,7 @@ impl Gateway {
             shutdown: watch::channel(false).0,
             bus_listener: Mutex::new(None),
             pumps: Arc::default(),
+            interactions: Default::default(),
         });
         let weak: Weak<Gateway> = Arc::downgrade(&gateway);
         let listener = bus.spawn_listener(move |msg| {

@@ -108,6 +108,9 @@ fn fixture_catalog_and_capabilities() {
             "test_elicitation_sep1330_enums",
             "json_schema_2020_12_tool",
             "test_reconnection",
+            "test_missing_capability",
+            "test_streaming_elicitation",
+            "test_logging_tool",
         ]
     );
     for t in tools["result"]["tools"].as_array().unwrap() {

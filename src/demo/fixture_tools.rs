@@ -73,6 +73,13 @@ pub(crate) fn list_result() -> Vec<u8> {
          "description": "Tool with JSON Schema 2020-12 features",
          "inputSchema": json_schema_2020_12()},
         tool("test_reconnection", "Answers after a short delay (SSE polling scenarios)."),
+        // Diagnostics of the 2026-07-28 suite, served the session-based way (a server-to-client
+        // request, log messages): a gateway in front bridges them to the stateless revision.
+        tool("test_missing_capability",
+             "Asks the client to sample an LLM: needs the client's sampling capability."),
+        tool("test_streaming_elicitation",
+             "Asks the user for a username and email (elicitation/create) while it runs."),
+        tool("test_logging_tool", "Sends three info log messages while it runs."),
     ]}))
 }
 
@@ -155,7 +162,14 @@ pub(crate) fn call(
             let text = format!("{JSON_SCHEMA_2020_12_TOOL} received arguments: {args}");
             return Outcome::Reply(wire::tool_text(id, &text, false));
         }
-        "test_tool_with_logging" => FixtureJob::Logging,
+        "test_tool_with_logging" | "test_logging_tool" => FixtureJob::Logging,
+        "test_missing_capability" => FixtureJob::Sampling {
+            prompt: "What is the capital of France?".to_owned(),
+        },
+        "test_streaming_elicitation" => FixtureJob::Elicit {
+            form: Form::Basic,
+            message: "Please provide your username and email".to_owned(),
+        },
         "test_tool_with_progress" => FixtureJob::Progress,
         "test_reconnection" => FixtureJob::Reconnection,
         "test_sampling" => match serde_json::from_str::<PromptArgs>(args) {

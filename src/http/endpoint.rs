@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 use tracing::Instrument;
 
-use super::{guard, headers, sse};
+use super::{guard, headers, sse, stateless};
 use crate::auth::Principal;
 use crate::error::{ErrorLabel, GatewayError};
 use crate::events::{self, EventId, StreamKind, StreamLog, TailEnd};
@@ -49,6 +49,11 @@ pub async fn handle(
                 &gateway, &tenant, &principal, &parts, body, &mut label, &span,
             )
             .await
+        }
+        Method::GET | Method::DELETE if stateless_headers(&parts) => {
+            // The stateless revision has no GET stream and no session to end.
+            label = "http/other";
+            Err(GatewayError::MethodNotAllowed)
         }
         Method::GET => {
             label = "http/get";
@@ -94,6 +99,11 @@ fn traced(span: &tracing::Span, params: Option<&RawValue>, parts: &Parts) {
             span.record("trace_id", id);
         }
     }
+}
+
+/// Whether a request's `MCP-Protocol-Version` names the stateless revision.
+fn stateless_headers(parts: &Parts) -> bool {
+    matches!(headers::protocol_version(&parts.headers), Ok(Some(v)) if v.is_stateless())
 }
 
 /// Records the (hashed) session id in the current request span.
@@ -148,6 +158,11 @@ async fn dispatch(
     message: Message<'_>,
 ) -> Result<Response<Body>, GatewayError> {
     let user = &*principal.user;
+
+    // The stateless revision: no session, every request stands alone.
+    if stateless::selected(&parts.headers, message_params(&message)) {
+        return Ok(stateless::serve(gateway, tenant, principal, parts, message).await);
+    }
 
     // initialize opens a session: the version comes from its params, not from a header.
     if let Message::Request(req) = &message
@@ -215,6 +230,14 @@ async fn dispatch(
     // Another replica may serve the next request: what changed must be in the store.
     gateway.persist(&session).await;
     Ok(response)
+}
+
+fn message_params<'m>(message: &'m Message<'_>) -> Option<&'m RawValue> {
+    match message {
+        Message::Request(r) => r.params,
+        Message::Notification(n) => n.params,
+        Message::Response(_) => None,
+    }
 }
 
 fn parse_error(e: ParseError) -> GatewayError {
@@ -507,7 +530,7 @@ async fn delete(
     Ok(resp)
 }
 
-fn json(body: Bytes) -> Response<Body> {
+pub(super) fn json(body: Bytes) -> Response<Body> {
     let mut resp = Response::new(Body::from(body));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -516,7 +539,7 @@ fn json(body: Bytes) -> Response<Body> {
     resp
 }
 
-fn accepted() -> Response<Body> {
+pub(super) fn accepted() -> Response<Body> {
     let mut resp = Response::new(Body::empty());
     *resp.status_mut() = StatusCode::ACCEPTED;
     resp

@@ -5,6 +5,7 @@ pub mod endpoint;
 pub mod guard;
 pub mod headers;
 pub mod sse;
+pub mod stateless;
 
 use std::sync::Arc;
 

@@ -20,3 +20,16 @@ pub fn response(body: Body) -> Response<Body> {
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     resp
 }
+
+/// One unnamed event carrying `message` (a JSON-RPC message; a line break inside it starts
+/// another `data:` line, as the format wants).
+pub fn event(message: &[u8]) -> bytes::Bytes {
+    let mut out = Vec::with_capacity(message.len() + 8);
+    for line in message.split(|b| *b == b'\n') {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(line.strip_suffix(b"\r").unwrap_or(line));
+        out.push(b'\n');
+    }
+    out.push(b'\n');
+    bytes::Bytes::from(out)
+}

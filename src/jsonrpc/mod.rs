@@ -34,6 +34,10 @@ pub mod code {
     pub const REQUEST_CANCELLED: i64 = -32800;
     /// 2026-07-28 `UnsupportedProtocolVersionError`.
     pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+    /// The HTTP headers do not match the body (2026-07-28, `HeaderMismatch`).
+    pub const HEADER_MISMATCH: i64 = -32020;
+    /// A capability the client did not declare is needed (2026-07-28).
+    pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
 }
 
 /// An owned request id as it appeared on the wire (`17` or `"abc"`), kept verbatim so it can be

@@ -4,6 +4,7 @@
 pub mod capabilities;
 pub mod lists;
 pub mod method;
+pub mod modern;
 pub mod rewrite;
 pub mod tools;
 pub mod version;
@@ -17,4 +18,8 @@ pub mod header {
     pub const SESSION_ID: &str = "mcp-session-id";
     pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
     pub const LAST_EVENT_ID: &str = "last-event-id";
+    pub const METHOD: &str = "mcp-method";
+    pub const NAME: &str = "mcp-name";
+    /// Prefix of the headers that mirror tool arguments marked with `x-mcp-header`.
+    pub const PARAM_PREFIX: &str = "mcp-param-";
 }

@@ -54,10 +54,15 @@ impl ProtocolVersion {
         }
     }
 
-    /// Whether the gateway serves this revision on its Streamable HTTP endpoint (the
-    /// session-based revisions; 2026-07-28 is not implemented yet).
+    /// Whether the gateway serves this revision on its Streamable HTTP endpoint: all of them
+    /// (2024-11-05 once a client negotiated it there, 2026-07-28 statelessly).
     pub fn served_on_streamable_http(self) -> bool {
-        self.is_handshake_era()
+        true
+    }
+
+    /// The stateless revisions: per-request `_meta`, no sessions.
+    pub fn is_stateless(self) -> bool {
+        self >= ProtocolVersion::V2026_07_28
     }
 
     /// Revisions that begin with an `initialize` handshake.
@@ -124,10 +129,10 @@ mod tests {
     }
 
     #[test]
-    fn served_list_is_newest_first_and_excludes_stateless_era() {
+    fn served_list_is_newest_first() {
         assert_eq!(
             ProtocolVersion::served_list(),
-            vec!["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
+            vec!["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
         );
     }
 }

@@ -42,11 +42,38 @@ impl CursorKey {
             u: positions,
         })
         .expect("plain strings serialize");
-        let tag = hmac::sign(&self.0, &payload);
-        let mut out = URL_SAFE_NO_PAD.encode(&payload);
+        Some(self.seal(&payload))
+    }
+
+    /// `payload` and its tag as one URL-safe token (`payload.tag`, Base64): readable by the
+    /// client, not forgeable. Other opaque tokens of the tenant (MRTR `requestState`) use it.
+    pub fn seal(&self, payload: &[u8]) -> String {
+        let tag = hmac::sign(&self.0, payload);
+        let mut out = URL_SAFE_NO_PAD.encode(payload);
         out.push('.');
         out.push_str(&URL_SAFE_NO_PAD.encode(tag.as_ref()));
-        Some(out)
+        out
+    }
+
+    /// The payload of a token `seal` made with this key; `None` if it was altered.
+    pub fn open(&self, token: &str) -> Option<Vec<u8>> {
+        let (payload, tag) = token.split_once('.')?;
+        let payload = URL_SAFE_NO_PAD.decode(payload).ok()?;
+        let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
+        hmac::verify(&self.0, &payload, &tag).ok()?;
+        Some(payload)
+    }
+
+    /// A value derived from `parts` under this key (hex, 32 characters): the same on every
+    /// replica that shares the key, unguessable without it.
+    pub fn derive(&self, parts: &[&[u8]]) -> String {
+        let mut ctx = hmac::Context::with_key(&self.0);
+        for p in parts {
+            ctx.update(&(p.len() as u64).to_be_bytes());
+            ctx.update(p);
+        }
+        let tag = ctx.sign();
+        tag.as_ref()[..16].iter().map(|b| format!("{b:02x}")).collect()
     }
 
     /// The upstream positions in a cursor this key issued for `kind`.
@@ -60,10 +87,7 @@ impl CursorKey {
                 "Invalid cursor: use the nextCursor of a previous result of the same list, unmodified".into(),
             )
         };
-        let (payload, tag) = cursor.split_once('.').ok_or_else(invalid)?;
-        let payload = URL_SAFE_NO_PAD.decode(payload).map_err(|_| invalid())?;
-        let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| invalid())?;
-        hmac::verify(&self.0, &payload, &tag).map_err(|_| invalid())?;
+        let payload = self.open(cursor).ok_or_else(invalid)?;
         let payload: Payload = serde_json::from_slice(&payload).map_err(|_| invalid())?;
         if payload.k != kind.method() {
             return Err(invalid());

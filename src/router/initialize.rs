@@ -15,6 +15,7 @@ use crate::jsonrpc::{self, Request};
 use crate::protocol::{ProtocolVersion, capabilities};
 use crate::session::{LiveSession, SessionId, SessionKey, SessionStore, StoreError};
 use crate::tenant::Tenant;
+use crate::upstream::UpstreamServer;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -53,14 +54,48 @@ pub async fn initialize(
         user: user.into(),
         id: SessionId::generate(),
     };
+    let (session, caps, instructions) =
+        open_session(gateway, tenant, key, version, client_caps, params.client_info).await?;
+    let mut result = Map::new();
+    result.insert("protocolVersion".into(), version.as_str().into());
+    result.insert("capabilities".into(), caps);
+    result.insert("serverInfo".into(), server_info(tenant));
+    if let Some(text) = instructions {
+        result.insert("instructions".into(), text.into());
+    }
+    let body = serde_json::to_vec(&Value::Object(result)).map_err(|_| GatewayError::Internal)?;
+    Ok((session, jsonrpc::result_response(req.id, &body)))
+}
+
+/// The gateway's own identity (`serverInfo`) as the tenant configures it.
+pub fn server_info(tenant: &Tenant) -> Value {
+    let identity = &tenant.config.server;
+    let mut server_info = Map::new();
+    server_info.insert("name".into(), identity.name.clone().into());
+    server_info.insert("version".into(), identity.version.clone().into());
+    if let Some(title) = &identity.title {
+        server_info.insert("title".into(), title.clone().into());
+    }
+    Value::Object(server_info)
+}
+
+/// Opens a session: connects its upstreams (forwarding the client's capabilities), stores it,
+/// and returns it with the merged capabilities and instructions of what it reaches.
+pub async fn open_session(
+    gateway: &Gateway,
+    tenant: &Arc<Tenant>,
+    key: SessionKey,
+    version: ProtocolVersion,
+    client_caps: Value,
+    client_info: Value,
+) -> Result<(Arc<LiveSession>, Value, Option<String>), GatewayError> {
     let session = Arc::new(LiveSession::new(
         key.clone(),
         version,
-        client_caps.clone(),
-        params.client_info.clone(),
+        client_caps,
+        client_info,
         gateway.bus.clone(),
     ));
-
     let connects = tenant.upstreams.iter().map(|u| ensure_link(&session, u));
     let mut servers = Vec::with_capacity(tenant.upstreams.len());
     for (upstream, result) in tenant
@@ -84,35 +119,7 @@ pub async fn initialize(
         }
     }
 
-    let caps = if tenant.is_transparent() {
-        servers
-            .first()
-            .map(|(_, s)| s.capabilities.clone())
-            .unwrap_or_else(|| Value::Object(Map::new()))
-    } else {
-        capabilities::merge(servers.iter().map(|(_, s)| &s.capabilities))
-    };
-    let identity = &tenant.config.server;
-    let instructions = capabilities::merge_instructions(
-        identity.instructions.as_deref(),
-        servers
-            .iter()
-            .map(|(name, s)| (*name, s.instructions.as_deref())),
-    );
-    let mut server_info = Map::new();
-    server_info.insert("name".into(), identity.name.clone().into());
-    server_info.insert("version".into(), identity.version.clone().into());
-    if let Some(title) = &identity.title {
-        server_info.insert("title".into(), title.clone().into());
-    }
-    let mut result = Map::new();
-    result.insert("protocolVersion".into(), version.as_str().into());
-    result.insert("capabilities".into(), caps);
-    result.insert("serverInfo".into(), Value::Object(server_info));
-    if let Some(text) = instructions {
-        result.insert("instructions".into(), text.into());
-    }
-
+    let (caps, instructions) = offered(tenant, &servers);
     let record = session.record();
     session.take_dirty();
     if let Err(e) = gateway
@@ -129,6 +136,38 @@ pub async fn initialize(
     }
     tenant.directory.insert(session.clone());
     tracing::info!(tenant = %tenant.name, session = ?key.id, protocol = %version, "session created");
-    let body = serde_json::to_vec(&Value::Object(result)).map_err(|_| GatewayError::Internal)?;
-    Ok((session, jsonrpc::result_response(req.id, &body)))
+    Ok((session, caps, instructions))
+}
+
+/// What the upstreams in `servers` offer together, as the gateway presents it: capabilities
+/// (merged, or the one upstream's in transparent mode) and instructions.
+pub fn offered(
+    tenant: &Tenant,
+    servers: &[(&str, Arc<UpstreamServer>)],
+) -> (Value, Option<String>) {
+    let caps = if tenant.is_transparent() {
+        servers
+            .first()
+            .map(|(_, s)| s.capabilities.clone())
+            .unwrap_or_else(|| Value::Object(Map::new()))
+    } else {
+        capabilities::merge(servers.iter().map(|(_, s)| &s.capabilities))
+    };
+    let instructions = capabilities::merge_instructions(
+        tenant.config.server.instructions.as_deref(),
+        servers
+            .iter()
+            .map(|(name, s)| (*name, s.instructions.as_deref())),
+    );
+    (caps, instructions)
+}
+
+/// What the upstreams a live session reaches offer (see `offered`).
+pub fn offered_to(tenant: &Tenant, session: &LiveSession) -> (Value, Option<String>) {
+    let servers: Vec<_> = tenant
+        .upstreams
+        .iter()
+        .filter_map(|u| Some((u.name(), session.link(u.info.id)?.server()?)))
+        .collect();
+    offered(tenant, &servers)
 }

@@ -5,7 +5,9 @@
 mod catalog;
 mod cursor;
 mod initialize;
+pub mod mrtr;
 mod names;
+pub mod stateless;
 
 use std::sync::Arc;
 

@@ -78,6 +78,9 @@ pub struct Connection {
     pub(crate) info: Arc<UpstreamInfo>,
     next_id: AtomicU64,
     pending: DashMap<u64, Pending>,
+    /// Forwarded requests waiting for their client's answers (parked for a stateless
+    /// client's retry): on stdio, a message without relation is not theirs.
+    waiting: DashMap<u64, ()>,
     /// On a shared connection: which sessions subscribed to which upstream resource URI.
     subscriptions: std::sync::Mutex<std::collections::HashMap<String, Vec<Weak<LiveSession>>>>,
     server: RwLock<Option<Arc<UpstreamServer>>>,
@@ -97,6 +100,7 @@ impl Connection {
             info,
             next_id: AtomicU64::new(1),
             pending: DashMap::with_shard_amount(4),
+            waiting: DashMap::with_shard_amount(2),
             subscriptions: Default::default(),
             server: RwLock::new(None),
             init_params,
@@ -373,8 +377,18 @@ impl Connection {
         }
     }
 
+    /// Marks forwarded request `id` as waiting (or no longer) for its client's answers.
+    pub fn set_waiting(&self, id: u64, waiting: bool) {
+        if waiting {
+            self.waiting.insert(id, ());
+        } else {
+            self.waiting.remove(&id);
+        }
+    }
+
     /// Stops waiting for `id` and tells the upstream with `notifications/cancelled`.
     pub fn cancel(self: &Arc<Self>, id: u64, reason: &str) {
+        self.waiting.remove(&id);
         if self.pending.remove(&id).is_none() {
             return;
         }
@@ -480,7 +494,7 @@ impl Connection {
         }
         let mut found = None;
         for e in self.pending.iter() {
-            if matches!(e.value(), Pending::Forward(_)) {
+            if matches!(e.value(), Pending::Forward(_)) && !self.waiting.contains_key(e.key()) {
                 if found.is_some() {
                     return None;
                 }

@@ -1,7 +1,9 @@
 //! `ForwardStream`: the events of one forwarded request, with the request's idle timeout
 //! (restarted by progress) and hard deadline. On timeout the upstream gets
 //! `notifications/cancelled`. Dropping the stream early (the client went away) is not a
-//! cancellation: the request is drained in the background until it finishes or times out.
+//! cancellation for the session-based revisions (the request is drained in the background
+//! until it finishes or times out, for a client that resumes); for the stateless revision it
+//! is (`cancel_on_drop`).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -47,6 +49,8 @@ struct Inner {
     audit_tool: Option<Box<str>>,
     /// The upstream call's span (disabled when traces are off), closed at the end.
     span: tracing::Span,
+    /// Whether dropping the stream before its end cancels the upstream request.
+    cancel_on_drop: bool,
 }
 
 impl ForwardStream {
@@ -76,6 +80,7 @@ impl ForwardStream {
                 outcome: "cancelled",
                 audit_tool: None,
                 span,
+                cancel_on_drop: false,
             }),
         }
     }
@@ -86,6 +91,22 @@ impl ForwardStream {
             inner.audit_tool = Some(tool.into());
         }
         self
+    }
+
+    /// Makes dropping the stream before its end cancel the upstream request: a stateless
+    /// (2026-07-28) client's closed response stream is its cancellation.
+    pub fn cancel_on_drop(mut self) -> ForwardStream {
+        if let Some(inner) = self.inner.as_mut() {
+            inner.cancel_on_drop = true;
+        }
+        self
+    }
+
+    /// Marks the request as waiting for its client's answers (parked) or not.
+    pub fn set_waiting(&self, waiting: bool) {
+        if let Some(inner) = self.inner.as_ref() {
+            inner.conn.set_waiting(inner.upstream_id, waiting);
+        }
     }
 
     /// The next item; `None` once the final item has been returned.
@@ -137,6 +158,7 @@ impl Inner {
     }
 
     fn finish(self) {
+        self.conn.set_waiting(self.upstream_id, false);
         let info = &self.conn.info;
         if self.outcome != "ok" {
             crate::telemetry::record_error(&self.span, self.outcome);
@@ -172,6 +194,15 @@ impl Drop for ForwardStream {
         let Some(mut inner) = self.inner.take() else {
             return;
         };
+        if inner.cancel_on_drop {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                inner
+                    .conn
+                    .cancel(inner.upstream_id, "the client closed the response stream");
+            }
+            inner.finish();
+            return;
+        }
         // The client stopped listening; the request still runs to its end (or its timeout).
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {

@@ -1,0 +1,442 @@
+//! The stateless revision (2026-07-28) on a tenant's endpoint: every POST stands alone. The
+//! request's `_meta` and mirrored headers are checked, the request is served through the
+//! user's upstream-facing session, results get `resultType` and caching hints, an upstream's
+//! questions to its client become `input_required` results (resumed on the client's retry),
+//! and closing the response stream cancels the request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, Response, StatusCode};
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use tokio::sync::mpsc;
+
+use super::{endpoint::json, headers, sse};
+use crate::auth::Principal;
+use crate::error::GatewayError;
+use crate::gateway::Gateway;
+use crate::jsonrpc::{self, Message, OwnedId, Outcome, RawObject, Request};
+use crate::protocol::header as mcp;
+use crate::protocol::modern::{self, CacheHints, MetaError, RequestMeta};
+use crate::protocol::{Method, ProtocolVersion};
+use crate::router::mrtr::{self, Interactions, Parked, Question, Target};
+use crate::router::{self, Reply, stateless};
+use crate::session::LiveSession;
+use crate::tenant::Tenant;
+use crate::upstream::{ForwardStream, StreamItem};
+
+/// How long the gateway waits for more questions of an upstream once one came (an upstream
+/// may ask several at once; they go to the client together).
+const GATHER: Duration = Duration::from_millis(20);
+
+/// Whether a POST is in the stateless revision: its `MCP-Protocol-Version` says so, or it
+/// names no version or session in headers but one in `_meta` (then the header check fails
+/// it with a clear error).
+pub fn selected(headers: &HeaderMap, params: Option<&RawValue>) -> bool {
+    match headers::protocol_version(headers) {
+        Ok(Some(v)) => v.is_stateless(),
+        Ok(None) => {
+            matches!(headers::session_id(headers), Ok(None))
+                && RequestMeta::peek_version(params).is_some()
+        }
+        Err(_) => false,
+    }
+}
+
+/// Serves one stateless message.
+pub async fn serve(
+    gateway: &Gateway,
+    tenant: &Arc<Tenant>,
+    principal: &Principal,
+    parts: &Parts,
+    message: Message<'_>,
+) -> Response<Body> {
+    match message {
+        Message::Request(req) => match request(gateway, tenant, principal, parts, &req).await {
+            Ok(resp) => resp,
+            Err(e) => e.into_response(Some(req.id)),
+        },
+        // No client notification is defined for this revision on HTTP: accepted, not acted on.
+        Message::Notification(_) => super::endpoint::accepted(),
+        Message::Response(r) => GatewayError::InvalidRequest(
+            "protocol version 2026-07-28 has no client responses: answer input requests by retrying the request with inputResponses".into(),
+        )
+        .into_response(Some(r.id)),
+    }
+}
+
+async fn request(
+    gateway: &Gateway,
+    tenant: &Arc<Tenant>,
+    principal: &Principal,
+    parts: &Parts,
+    req: &Request<'_>,
+) -> Result<Response<Body>, GatewayError> {
+    let meta = RequestMeta::read(req.params).map_err(|MetaError::Missing(f)| {
+        GatewayError::MissingMeta(f)
+    })?;
+    let params = req.params.and_then(|p| RawObject::parse(p).ok());
+    let name = target_name(&req.method, params.as_ref());
+    check_headers(&parts.headers, req, &meta, name.as_deref())?;
+    if ProtocolVersion::parse(&meta.protocol_version) != Some(ProtocolVersion::V2026_07_28) {
+        return Err(GatewayError::UnsupportedProtocolVersion {
+            requested: meta.protocol_version.chars().take(64).collect(),
+        });
+    }
+    let user = &principal.user;
+    match Method::from_name(&req.method) {
+        Method::ServerDiscover => {
+            let session = stateless::session_for(gateway, tenant, user).await?;
+            return Ok(json(stateless::discover(tenant, &session, req.id)));
+        }
+        Method::Initialize
+        | Method::Ping
+        | Method::LoggingSetLevel
+        | Method::ResourcesSubscribe
+        | Method::ResourcesUnsubscribe => {
+            return Err(GatewayError::MethodNotServed(format!(
+                "{} is not part of protocol version 2026-07-28",
+                req.method
+            )));
+        }
+        _ => {}
+    }
+    let session = stateless::session_for(gateway, tenant, user).await?;
+    let mut exchange = Exchange {
+        tenant: tenant.clone(),
+        interactions: gateway.interactions.clone(),
+        session: session.clone(),
+        user: user.clone(),
+        id: req.id.to_owned(),
+        method: req.method.to_string(),
+        name,
+        meta,
+        resumed: false,
+    };
+
+    if let Some(state) = params.as_ref().and_then(|p| p.get_str("requestState")) {
+        let target = exchange.target();
+        let parked = gateway
+            .interactions
+            .claim(tenant, user, &target, &state)?;
+        let left = mrtr::answer(
+            &parked.session,
+            parked.questions,
+            params.as_ref().and_then(|p| p.get("inputResponses")),
+        )
+        .await;
+        exchange.resumed = true;
+        if !left.is_empty() {
+            // The client left some questions unanswered: asked again.
+            return Ok(json(exchange.ask_again(parked.stream, left)));
+        }
+        return Ok(exchange.drive(parked.stream).await);
+    }
+
+    let reply = router::handle_request(tenant, &session, principal, req)
+        .await
+        .map_err(|e| match e {
+            GatewayError::MethodNotFound(m) => GatewayError::MethodNotServed(m),
+            other => other,
+        })?;
+    match reply {
+        Reply::Json(body) => Ok(json(exchange.finish(&body))),
+        Reply::Stream(stream) => Ok(exchange.drive(stream.cancel_on_drop()).await),
+    }
+}
+
+/// The name or URI a request targets (`Mcp-Name`), for the methods that have one.
+fn target_name(method: &str, params: Option<&RawObject<'_>>) -> Option<String> {
+    let field = match method {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" => "uri",
+        _ => return None,
+    };
+    params?.get_str(field).map(|s| s.into_owned())
+}
+
+/// The value of a header that may appear once.
+fn single<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h [u8]>, GatewayError> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(GatewayError::HeaderMismatch(format!(
+            "the {name} header must appear once"
+        )));
+    }
+    Ok(first.map(|v| v.as_bytes()))
+}
+
+/// The mirrored headers must be present and say what the body says.
+fn check_headers(
+    headers: &HeaderMap,
+    req: &Request<'_>,
+    meta: &RequestMeta,
+    name: Option<&str>,
+) -> Result<(), GatewayError> {
+    let mismatch = |s: String| GatewayError::HeaderMismatch(s);
+    let version = single(headers, mcp::PROTOCOL_VERSION)?
+        .ok_or_else(|| mismatch("the MCP-Protocol-Version header is required".into()))?;
+    if version != meta.protocol_version.as_bytes() {
+        return Err(mismatch(format!(
+            "MCP-Protocol-Version header value '{}' does not match _meta value '{}'",
+            String::from_utf8_lossy(version),
+            meta.protocol_version
+        )));
+    }
+    let method = single(headers, mcp::METHOD)?
+        .ok_or_else(|| mismatch("the Mcp-Method header is required".into()))?;
+    if method != req.method.as_bytes() {
+        return Err(mismatch(format!(
+            "Mcp-Method header value '{}' does not match body value '{}'",
+            String::from_utf8_lossy(method),
+            req.method
+        )));
+    }
+    if !matches!(&*req.method, "tools/call" | "prompts/get" | "resources/read") {
+        return Ok(());
+    }
+    let header = single(headers, mcp::NAME)?
+        .ok_or_else(|| mismatch("the Mcp-Name header is required".into()))?;
+    let decoded = modern::decode_header_value(header)
+        .ok_or_else(|| mismatch("the Mcp-Name header value has invalid characters".into()))?;
+    if Some(decoded.as_str()) != name {
+        return Err(mismatch(format!(
+            "Mcp-Name header value '{decoded}' does not match body value '{}'",
+            name.unwrap_or("")
+        )));
+    }
+    Ok(())
+}
+
+/// One stateless request being answered.
+struct Exchange {
+    tenant: Arc<Tenant>,
+    interactions: Interactions,
+    session: Arc<LiveSession>,
+    user: Arc<str>,
+    /// The id of the request being answered (a retry's own id, not the first attempt's).
+    id: OwnedId,
+    method: String,
+    name: Option<String>,
+    meta: RequestMeta,
+    /// A retry of a parked request: the final response carries the first attempt's id.
+    resumed: bool,
+}
+
+/// What comes next on a stateless response.
+enum Step {
+    /// A notification for the client; the request goes on.
+    Notify(Bytes, ForwardStream),
+    /// The whole response (a result, `input_required`, or an error) and its HTTP status
+    /// when it is not streamed.
+    Done(Bytes, StatusCode),
+}
+
+impl Exchange {
+    fn target(&self) -> Target<'_> {
+        Target {
+            method: &self.method,
+            name: self.name.as_deref(),
+        }
+    }
+
+    /// A JSON response while only the answer comes; an SSE stream once a notification
+    /// must go first.
+    async fn drive(self, stream: ForwardStream) -> Response<Body> {
+        match self.step(stream).await {
+            Step::Done(body, status) => {
+                let mut resp = json(body);
+                *resp.status_mut() = status;
+                resp
+            }
+            Step::Notify(first, stream) => {
+                let (tx, rx) = mpsc::channel::<Bytes>(16);
+                tokio::spawn(self.pump(stream, first, tx));
+                let events = futures_util::stream::unfold(rx, |mut rx| async move {
+                    rx.recv()
+                        .await
+                        .map(|b| (Ok::<Bytes, std::convert::Infallible>(b), rx))
+                });
+                sse::response(Body::from_stream(events))
+            }
+        }
+    }
+
+    /// Writes the events of a streamed response; the client closing the stream drops the
+    /// forwarded request, which cancels it upstream.
+    async fn pump(self, mut stream: ForwardStream, first: Bytes, tx: mpsc::Sender<Bytes>) {
+        if tx.send(sse::event(&first)).await.is_err() {
+            return;
+        }
+        loop {
+            let step = tokio::select! {
+                _ = tx.closed() => return,
+                step = self.step(stream) => step,
+            };
+            match step {
+                Step::Notify(m, s) => {
+                    stream = s;
+                    if tx.send(sse::event(&m)).await.is_err() {
+                        return;
+                    }
+                }
+                Step::Done(body, _) => {
+                    let _ = tx.send(sse::event(&body)).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reads the forwarded request until something must reach the client.
+    async fn step(&self, mut stream: ForwardStream) -> Step {
+        loop {
+            match stream.next().await {
+                Some(StreamItem::Final(body)) => {
+                    return Step::Done(self.finish(&body), StatusCode::OK);
+                }
+                Some(StreamItem::Cancelled) | None => {
+                    let e = GatewayError::Cancelled;
+                    return Step::Done(e.to_jsonrpc(Some(&self.id)), e.status());
+                }
+                Some(StreamItem::Message(m)) => {
+                    if let Some(q) = mrtr::question(&m) {
+                        let (body, status) = self.ask(stream, q).await;
+                        return Step::Done(body, status);
+                    }
+                    if self.wants(&m) {
+                        return Step::Notify(m, stream);
+                    }
+                }
+            }
+        }
+    }
+
+    /// An upstream asked its client: the questions it asks together go to the client as an
+    /// `input_required` result, and the request waits parked for the retry.
+    async fn ask(&self, mut stream: ForwardStream, first: Question) -> (Bytes, StatusCode) {
+        let mut questions = vec![first];
+        loop {
+            match tokio::time::timeout(GATHER, stream.next()).await {
+                Err(_) => break,
+                Ok(Some(StreamItem::Message(m))) => {
+                    if let Some(q) = mrtr::question(&m) {
+                        questions.push(q);
+                    }
+                }
+                Ok(Some(StreamItem::Final(body))) => {
+                    self.refuse(questions, "the request ended").await;
+                    return (self.finish(&body), StatusCode::OK);
+                }
+                Ok(_) => {
+                    let e = GatewayError::Cancelled;
+                    return (e.to_jsonrpc(Some(&self.id)), e.status());
+                }
+            }
+        }
+        let mut missing: Vec<String> = questions
+            .iter()
+            .filter_map(mrtr::needed_capability)
+            .filter(|c| !self.meta.has_capability(c))
+            .map(str::to_owned)
+            .collect();
+        if !missing.is_empty() {
+            missing.sort();
+            missing.dedup();
+            self.refuse(questions, "the client did not declare the capability")
+                .await;
+            drop(stream);
+            let e = GatewayError::MissingClientCapability { required: missing };
+            return (e.to_jsonrpc(Some(&self.id)), e.status());
+        }
+        (self.ask_again(stream, questions), StatusCode::OK)
+    }
+
+    /// Parks the request and answers with the questions it waits for.
+    fn ask_again(&self, stream: ForwardStream, questions: Vec<Question>) -> Bytes {
+        let result = self.interactions.park(
+            &self.tenant,
+            &self.session.bus.replica,
+            &self.user,
+            &self.target(),
+            Parked {
+                session: self.session.clone(),
+                stream,
+                questions,
+            },
+        );
+        let body = serde_json::to_vec(&result).unwrap_or_default();
+        jsonrpc::result_response(&self.id, &body)
+    }
+
+    /// Answers questions the client will not see with an error, so the upstream goes on.
+    async fn refuse(&self, questions: Vec<Question>, why: &str) {
+        let error = serde_json::json!({ "code": jsonrpc::code::INVALID_REQUEST, "message": why })
+            .to_string();
+        let Ok(error) = RawValue::from_string(error) else {
+            return;
+        };
+        for q in questions {
+            mrtr::refuse_or_reply(&self.session, &q.raw_id, Outcome::Error(&error)).await;
+        }
+    }
+
+    /// Whether a notification of the upstream goes to this client: log messages only when
+    /// the request asked for them (`_meta` log level) at their level or above.
+    fn wants(&self, message: &[u8]) -> bool {
+        let Ok(Message::Notification(n)) = jsonrpc::parse(message) else {
+            return false;
+        };
+        if n.method != "notifications/message" {
+            return true;
+        }
+        let Some(wanted) = self.meta.log_level.as_deref() else {
+            return false;
+        };
+        let level = n
+            .params
+            .and_then(|p| RawObject::parse(p).ok())
+            .and_then(|p| p.get_str("level").map(|l| l.into_owned()));
+        severity(level.as_deref().unwrap_or("info")) >= severity(wanted)
+    }
+
+    /// The final response in this revision's shape (and with this attempt's id).
+    fn finish(&self, body: &[u8]) -> Bytes {
+        let hints = stateless::cache_hints(&self.tenant, &self.method).map(|h| {
+            if self.resumed {
+                CacheHints {
+                    ttl_ms: 0,
+                    public: false,
+                }
+            } else {
+                h
+            }
+        });
+        if self.resumed
+            && let Ok(Message::Response(r)) = jsonrpc::parse(body)
+        {
+            let reid = jsonrpc::response_with_id(&self.id, r.outcome);
+            return modern::complete(&reid, hints);
+        }
+        modern::complete(body, hints)
+    }
+}
+
+/// RFC 5424 severity order of MCP log levels (higher is more severe).
+fn severity(level: &str) -> u8 {
+    match level {
+        "debug" => 0,
+        "info" => 1,
+        "notice" => 2,
+        "warning" => 3,
+        "error" => 4,
+        "critical" => 5,
+        "alert" => 6,
+        "emergency" => 7,
+        _ => 1,
+    }
+}

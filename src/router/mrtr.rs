@@ -1,0 +1,220 @@
+//! Multi round-trip requests (2026-07-28) in front of upstreams that ask their client in the
+//! middle of a request (elicitation, sampling, roots): the gateway answers the stateless
+//! client with an `input_required` result, keeps the upstream request open ("parked"), and
+//! resumes it when the client retries with `inputResponses` and the `requestState` the
+//! gateway signed. The state names the parked request, the user, the request it belongs to
+//! and an expiry, under the tenant's key: a tampered, foreign or stale state is refused.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::error::GatewayError;
+use crate::jsonrpc::{Outcome, RawObject};
+use crate::session::LiveSession;
+use crate::tenant::Tenant;
+use crate::upstream::ForwardStream;
+
+/// How long a parked request waits for the client's retry.
+pub const PARK_FOR: Duration = Duration::from_secs(600);
+
+/// One question of an upstream to its client, waiting for the client's answer.
+pub struct Question {
+    /// The key in `inputRequests` (the gateway's id for the upstream's request, as text).
+    pub key: String,
+    /// The gateway's id of the upstream's request, raw JSON (how the session routes answers).
+    pub raw_id: String,
+    /// `{"method": .., "params": ..}`.
+    pub request: Value,
+}
+
+/// A forwarded request waiting for its client's answers.
+pub struct Parked {
+    pub session: Arc<LiveSession>,
+    pub stream: ForwardStream,
+    pub questions: Vec<Question>,
+}
+
+/// What a `requestState` says, signed.
+#[derive(Serialize, Deserialize)]
+struct State {
+    /// The parked request.
+    h: String,
+    /// The replica holding it.
+    r: String,
+    /// The user it belongs to (derived, not the user name).
+    u: String,
+    /// The method and the name or URI of the request it belongs to.
+    m: String,
+    n: Option<String>,
+    /// Expiry, seconds since the epoch.
+    x: u64,
+}
+
+/// The requests of this replica parked for their clients' retries (a shared handle).
+#[derive(Default, Clone)]
+pub struct Interactions {
+    parked: Arc<Mutex<HashMap<String, Parked>>>,
+}
+
+/// The request a state is bound to: method and the name or URI it targets.
+pub struct Target<'a> {
+    pub method: &'a str,
+    pub name: Option<&'a str>,
+}
+
+impl Interactions {
+    /// Parks `parked` and returns the `input_required` result (the `result` member) for it.
+    pub fn park(
+        &self,
+        tenant: &Tenant,
+        replica: &str,
+        user: &str,
+        target: &Target<'_>,
+        parked: Parked,
+    ) -> Value {
+        let handle = crate::session::SessionId::generate().as_str().to_owned();
+        let expiry = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            + PARK_FOR;
+        let state = State {
+            h: handle.clone(),
+            r: replica.to_owned(),
+            u: tenant.cursor_key.derive(&[b"user", user.as_bytes()]),
+            m: target.method.to_owned(),
+            n: target.name.map(str::to_owned),
+            x: expiry.as_secs(),
+        };
+        let payload = serde_json::to_vec(&state).unwrap_or_default();
+        let token = tenant.cursor_key.seal(&payload);
+        let mut requests = Map::new();
+        for q in &parked.questions {
+            requests.insert(q.key.clone(), q.request.clone());
+        }
+        parked.stream.set_waiting(true);
+        if let Ok(mut map) = self.parked.lock() {
+            map.insert(handle.clone(), parked);
+        }
+        let map = self.parked.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(PARK_FOR).await;
+            // Dropping the stream cancels the upstream request nobody came back for.
+            let gone = map.lock().ok().and_then(|mut m| m.remove(&handle));
+            drop(gone);
+        });
+        let mut result = Map::new();
+        result.insert("resultType".into(), "input_required".into());
+        result.insert("inputRequests".into(), Value::Object(requests));
+        result.insert("requestState".into(), token.into());
+        Value::Object(result)
+    }
+
+    /// The parked request a retry's `requestState` names, taken out of the parking.
+    pub fn claim(
+        &self,
+        tenant: &Tenant,
+        user: &str,
+        target: &Target<'_>,
+        token: &str,
+    ) -> Result<Parked, GatewayError> {
+        let refused = |why: &str| {
+            GatewayError::InvalidParams(format!(
+                "Invalid requestState: {why}; send the request again without requestState"
+            ))
+        };
+        let state: State = tenant
+            .cursor_key
+            .open(token)
+            .and_then(|p| serde_json::from_slice(&p).ok())
+            .ok_or_else(|| refused("it was not issued by this gateway or was altered"))?;
+        if state.u != tenant.cursor_key.derive(&[b"user", user.as_bytes()]) {
+            return Err(refused("it belongs to another user"));
+        }
+        if state.m != target.method || state.n.as_deref() != target.name {
+            return Err(refused("it belongs to another request"));
+        }
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        if now > state.x {
+            return Err(refused("it has expired"));
+        }
+        let parked = self
+            .parked
+            .lock()
+            .ok()
+            .and_then(|mut m| m.remove(&state.h))
+            .ok_or_else(|| {
+                refused("the request it continues has ended or is held by another replica")
+            })?;
+        parked.stream.set_waiting(false);
+        Ok(parked)
+    }
+}
+
+/// A server-to-client request of an upstream as a question for a stateless client, if
+/// `message` is one.
+pub fn question(message: &[u8]) -> Option<Question> {
+    let crate::jsonrpc::Message::Request(req) = crate::jsonrpc::parse(message).ok()? else {
+        return None;
+    };
+    let raw_id = req.id.get().to_owned();
+    let key = serde_json::from_str::<String>(&raw_id).unwrap_or_else(|_| raw_id.clone());
+    let mut request = Map::new();
+    request.insert("method".into(), req.method.as_ref().into());
+    if let Some(p) = req.params {
+        request.insert(
+            "params".into(),
+            serde_json::from_str(p.get()).unwrap_or(Value::Null),
+        );
+    }
+    Some(Question {
+        key,
+        raw_id,
+        request: Value::Object(request),
+    })
+}
+
+/// The client capability a question needs.
+pub fn needed_capability(q: &Question) -> Option<&'static str> {
+    match q.request.get("method").and_then(Value::as_str)? {
+        "elicitation/create" => Some("elicitation"),
+        "sampling/createMessage" => Some("sampling"),
+        "roots/list" => Some("roots"),
+        _ => None,
+    }
+}
+
+/// Hands the client's answers to the upstreams that asked; returns the questions left
+/// unanswered.
+pub async fn answer(
+    session: &Arc<LiveSession>,
+    questions: Vec<Question>,
+    responses: Option<&RawValue>,
+) -> Vec<Question> {
+    let responses = responses.and_then(|r| RawObject::parse(r).ok());
+    let mut left = Vec::new();
+    for q in questions {
+        let Some(answer) = responses.as_ref().and_then(|r| r.get(&q.key)) else {
+            left.push(q);
+            continue;
+        };
+        refuse_or_reply(session, &q.raw_id, Outcome::Result(answer)).await;
+    }
+    left
+}
+
+/// Answers an upstream's question with `outcome` (a client answer or an error).
+pub async fn refuse_or_reply(session: &Arc<LiveSession>, raw_id: &str, outcome: Outcome<'_>) {
+    if let Some(route) = session.take_server_request(raw_id)
+        && let Some(conn) = route.connection.upgrade()
+    {
+        conn.respond(&route.upstream_id, outcome).await;
+    }
+}
