@@ -18,7 +18,7 @@ use super::{endpoint::json, headers, sse};
 use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
-use crate::jsonrpc::{self, Message, OwnedId, Outcome, RawObject, Request};
+use crate::jsonrpc::{self, Message, Outcome, OwnedId, RawObject, Request};
 use crate::protocol::header as mcp;
 use crate::protocol::modern::{self, CacheHints, MetaError, RequestMeta};
 use crate::protocol::{Method, ProtocolVersion};
@@ -75,9 +75,8 @@ async fn request(
     parts: &Parts,
     req: &Request<'_>,
 ) -> Result<Response<Body>, GatewayError> {
-    let meta = RequestMeta::read(req.params).map_err(|MetaError::Missing(f)| {
-        GatewayError::MissingMeta(f)
-    })?;
+    let meta = RequestMeta::read(req.params)
+        .map_err(|MetaError::Missing(f)| GatewayError::MissingMeta(f))?;
     let params = req.params.and_then(|p| RawObject::parse(p).ok());
     let name = target_name(&req.method, params.as_ref());
     check_headers(&parts.headers, req, &meta, name.as_deref())?;
@@ -105,6 +104,9 @@ async fn request(
         _ => {}
     }
     let session = stateless::session_for(gateway, tenant, user).await?;
+    if req.method == "subscriptions/listen" {
+        return Ok(listen(tenant, &session, principal, req, params.as_ref()).await);
+    }
     let mut exchange = Exchange {
         tenant: tenant.clone(),
         interactions: gateway.interactions.clone(),
@@ -119,9 +121,7 @@ async fn request(
 
     if let Some(state) = params.as_ref().and_then(|p| p.get_str("requestState")) {
         let target = exchange.target();
-        let parked = gateway
-            .interactions
-            .claim(tenant, user, &target, &state)?;
+        let parked = gateway.interactions.claim(tenant, user, &target, &state)?;
         let left = mrtr::answer(
             &parked.session,
             parked.questions,
@@ -196,7 +196,10 @@ fn check_headers(
             req.method
         )));
     }
-    if !matches!(&*req.method, "tools/call" | "prompts/get" | "resources/read") {
+    if !matches!(
+        &*req.method,
+        "tools/call" | "prompts/get" | "resources/read"
+    ) {
         return Ok(());
     }
     let header = single(headers, mcp::NAME)?
@@ -297,7 +300,8 @@ impl Exchange {
         loop {
             match stream.next().await {
                 Some(StreamItem::Final(body)) => {
-                    return Step::Done(self.finish(&body), StatusCode::OK);
+                    let status = status_of(&body);
+                    return Step::Done(self.finish(&body), status);
                 }
                 Some(StreamItem::Cancelled) | None => {
                     let e = GatewayError::Cancelled;
@@ -425,6 +429,176 @@ impl Exchange {
         modern::complete(body, hints)
     }
 }
+
+/// The HTTP status of a forwarded final response: an upstream's "method not found" is 404
+/// in this revision, everything else (results, request-level errors) 200.
+fn status_of(body: &[u8]) -> StatusCode {
+    if let Ok(Message::Response(r)) = jsonrpc::parse(body)
+        && let Outcome::Error(e) = r.outcome
+        && RawObject::parse(e)
+            .ok()
+            .and_then(|e| e.get("code").map(|c| c.get() == "-32601"))
+            .unwrap_or(false)
+    {
+        return StatusCode::NOT_FOUND;
+    }
+    StatusCode::OK
+}
+
+/// The notification types a `subscriptions/listen` request opted in to.
+struct Filter {
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+    uris: Vec<String>,
+}
+
+impl Filter {
+    fn read(params: Option<&RawObject<'_>>) -> Filter {
+        let wanted: serde_json::Value = params
+            .and_then(|p| p.get("notifications"))
+            .and_then(|n| serde_json::from_str(n.get()).ok())
+            .unwrap_or_default();
+        let flag = |k: &str| wanted.get(k).and_then(serde_json::Value::as_bool) == Some(true);
+        Filter {
+            tools: flag("toolsListChanged"),
+            prompts: flag("promptsListChanged"),
+            resources: flag("resourcesListChanged"),
+            uris: wanted
+                .get("resourceSubscriptions")
+                .and_then(serde_json::Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|u| u.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    /// What the gateway honors: all of it (it relays every upstream's notifications).
+    fn acknowledged(&self) -> serde_json::Value {
+        let mut n = serde_json::Map::new();
+        if self.tools {
+            n.insert("toolsListChanged".into(), true.into());
+        }
+        if self.prompts {
+            n.insert("promptsListChanged".into(), true.into());
+        }
+        if self.resources {
+            n.insert("resourcesListChanged".into(), true.into());
+        }
+        if !self.uris.is_empty() {
+            n.insert("resourceSubscriptions".into(), self.uris.clone().into());
+        }
+        serde_json::Value::Object(n)
+    }
+
+    fn passes(&self, method: &str, params: Option<&serde_json::Value>) -> bool {
+        match method {
+            "notifications/tools/list_changed" => self.tools,
+            "notifications/prompts/list_changed" => self.prompts,
+            "notifications/resources/list_changed" => self.resources,
+            "notifications/resources/updated" => params
+                .and_then(|p| p.get("uri"))
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|u| self.uris.iter().any(|w| w == u)),
+            _ => false,
+        }
+    }
+}
+
+/// `subscriptions/listen`: a stream that opens with the acknowledgment and then carries the
+/// change notifications the client opted in to, each tagged with the subscription's id (the
+/// request's id), until the client closes it.
+async fn listen(
+    tenant: &Arc<Tenant>,
+    session: &Arc<LiveSession>,
+    principal: &Principal,
+    req: &Request<'_>,
+    params: Option<&RawObject<'_>>,
+) -> Response<Body> {
+    let filter = Filter::read(params);
+    // Resource updates come only for resources subscribed to upstream.
+    for uri in &filter.uris {
+        let params = RawValue::from_string(serde_json::json!({ "uri": uri }).to_string());
+        let Ok(params) = params else { continue };
+        let subscribe = Request {
+            id: req.id,
+            method: "resources/subscribe".into(),
+            params: Some(&params),
+        };
+        match router::handle_request(tenant, session, principal, &subscribe).await {
+            Ok(Reply::Stream(mut s)) => while let Some(StreamItem::Message(_)) = s.next().await {},
+            Ok(Reply::Json(_)) => {}
+            Err(e) => {
+                tracing::debug!(uri = %uri, error = %e, "resource subscription not made upstream")
+            }
+        }
+    }
+    let subscription: serde_json::Value =
+        serde_json::from_str(req.id.get()).unwrap_or(serde_json::Value::Null);
+    let mut rx = session.add_listener();
+    for upstream in tenant.upstreams.iter() {
+        if let Some(conn) = session.link(upstream.info.id) {
+            conn.listen();
+        }
+    }
+    let tag = move |method: &str, params: serde_json::Value| {
+        let mut params = match params {
+            serde_json::Value::Object(m) => m,
+            _ => serde_json::Map::new(),
+        };
+        let meta = params
+            .entry("_meta")
+            .or_insert_with(|| serde_json::json!({}));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert(modern::meta::SUBSCRIPTION_ID.into(), subscription.clone());
+        }
+        let message = serde_json::json!({"jsonrpc": "2.0", "method": method, "params": params});
+        sse::event(message.to_string().as_bytes())
+    };
+    let ack = tag(
+        "notifications/subscriptions/acknowledged",
+        serde_json::json!({ "notifications": filter.acknowledged() }),
+    );
+    let (tx, out) = mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        if tx.send(ack).await.is_err() {
+            return;
+        }
+        loop {
+            let next = tokio::select! {
+                _ = tx.closed() => return,
+                _ = tokio::time::sleep(KEEP_ALIVE_EVERY) => Some(Bytes::from_static(sse::KEEP_ALIVE)),
+                m = rx.recv() => match m {
+                    None => return,
+                    Some(m) => {
+                        let v: serde_json::Value = serde_json::from_slice(&m).unwrap_or_default();
+                        let method = v.get("method").and_then(serde_json::Value::as_str).unwrap_or("");
+                        filter
+                            .passes(method, v.get("params"))
+                            .then(|| tag(method, v.get("params").cloned().unwrap_or_default()))
+                    }
+                },
+            };
+            if let Some(event) = next
+                && tx.send(event).await.is_err()
+            {
+                return;
+            }
+        }
+    });
+    let events = futures_util::stream::unfold(out, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<Bytes, std::convert::Infallible>(b), rx))
+    });
+    sse::response(Body::from_stream(events))
+}
+
+/// How often an idle listen stream gets a keep-alive comment.
+const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
 
 /// RFC 5424 severity order of MCP log levels (higher is more severe).
 fn severity(level: &str) -> u8 {

@@ -92,7 +92,10 @@ const SENTINEL_CLOSE: &str = "?=";
 /// sentinel encoding.
 pub fn decode_header_value(raw: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(raw).ok()?;
-    if !text.bytes().all(|b| (0x20..0x7f).contains(&b) || b == b'\t') {
+    if !text
+        .bytes()
+        .all(|b| (0x20..0x7f).contains(&b) || b == b'\t')
+    {
         return None;
     }
     if let Some(inner) = text
@@ -225,7 +228,8 @@ mod tests {
             json!({"resultType":"complete","ttlMs":5,"cacheScope":"private"})
         );
         // What the result says itself is kept.
-        let given = br#"{"jsonrpc":"2.0","id":"a","result":{"resultType":"input_required","ttlMs":9}}"#;
+        let given =
+            br#"{"jsonrpc":"2.0","id":"a","result":{"resultType":"input_required","ttlMs":9}}"#;
         let r = complete(
             given,
             Some(CacheHints {
@@ -242,12 +246,18 @@ mod tests {
         assert_eq!(&complete(e, None)[..], &e[..]);
         // A nested "resultType" inside a value is not the result's own.
         let nested = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"resultType":"x"}]}}"#;
-        assert_eq!(parsed(&complete(nested, None))["result"]["resultType"], "complete");
+        assert_eq!(
+            parsed(&complete(nested, None))["result"]["resultType"],
+            "complete"
+        );
     }
 
     #[test]
     fn header_values_decode_the_base64_sentinel() {
-        assert_eq!(decode_header_value(b"us-west1").as_deref(), Some("us-west1"));
+        assert_eq!(
+            decode_header_value(b"us-west1").as_deref(),
+            Some("us-west1")
+        );
         assert_eq!(
             decode_header_value(b"=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(),
             Some("Hello, 世界")

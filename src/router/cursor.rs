@@ -73,7 +73,10 @@ impl CursorKey {
             ctx.update(p);
         }
         let tag = ctx.sign();
-        tag.as_ref()[..16].iter().map(|b| format!("{b:02x}")).collect()
+        tag.as_ref()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 
     /// The upstream positions in a cursor this key issued for `kind`.

@@ -54,8 +54,15 @@ pub async fn initialize(
         user: user.into(),
         id: SessionId::generate(),
     };
-    let (session, caps, instructions) =
-        open_session(gateway, tenant, key, version, client_caps, params.client_info).await?;
+    let (session, caps, instructions) = open_session(
+        gateway,
+        tenant,
+        key,
+        version,
+        client_caps,
+        params.client_info,
+    )
+    .await?;
     let mut result = Map::new();
     result.insert("protocolVersion".into(), version.as_str().into());
     result.insert("capabilities".into(), caps);

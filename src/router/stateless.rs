@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde_json::{Map, Value, json};
 use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
 
 use super::initialize::{offered_to, open_session, server_info};
 use crate::error::GatewayError;
@@ -41,7 +41,9 @@ pub async fn session_for(
 ) -> Result<Arc<LiveSession>, GatewayError> {
     let id = format!(
         "stateless-{}",
-        tenant.cursor_key.derive(&[b"stateless-session", user.as_bytes()])
+        tenant
+            .cursor_key
+            .derive(&[b"stateless-session", user.as_bytes()])
     );
     match gateway.find_session(tenant, user, &id).await {
         Err(GatewayError::SessionNotFound) => {}

@@ -66,6 +66,9 @@ pub struct LiveSession {
     /// The log of the current GET stream: unsolicited messages are recorded there, for the
     /// client listening now or resuming later.
     get_stream: Mutex<Option<Arc<StreamLog>>>,
+    /// Open `subscriptions/listen` streams (stateless clients): unsolicited messages go to
+    /// each of them as well.
+    listeners: Mutex<Vec<tokio::sync::mpsc::UnboundedSender<Bytes>>>,
     /// Every SSE stream of the session on this replica, recorded for resumption.
     pub events: SessionEvents,
     /// Last client activity, for idle expiry of the live state.
@@ -112,6 +115,7 @@ impl LiveSession {
             server_requests: Mutex::default(),
             next_server_request: AtomicU64::new(1),
             get_stream: Mutex::new(None),
+            listeners: Mutex::default(),
             events: SessionEvents::new(
                 bus.replica.clone(),
                 EventLimits::default(),
@@ -492,8 +496,25 @@ impl LiveSession {
     /// Records a message on this replica's GET stream (sent now to a listening client, or on
     /// resumption); `false` when the session has no open GET stream here.
     pub fn deliver_local(&self, bytes: Bytes) -> bool {
+        let mut heard = false;
+        if let Ok(mut listeners) = self.listeners.lock()
+            && !listeners.is_empty()
+        {
+            listeners.retain(|l| l.send(bytes.clone()).is_ok());
+            heard = !listeners.is_empty();
+        }
         let log = self.get_stream.lock().ok().and_then(|g| g.clone());
-        log.is_some_and(|l| l.append(&bytes, false))
+        log.is_some_and(|l| l.append(&bytes, false)) || heard
+    }
+
+    /// A new `subscriptions/listen` stream: it receives every unsolicited message from now
+    /// until it is dropped.
+    pub fn add_listener(&self) -> tokio::sync::mpsc::UnboundedReceiver<Bytes> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        if let Ok(mut listeners) = self.listeners.lock() {
+            listeners.push(tx);
+        }
+        rx
     }
 
     // ---- End of life

@@ -89,7 +89,8 @@ async fn sdk_client_switching_replicas_on_every_request() {
             Sdk::Python,
             &url,
             "everything",
-            &["--prefix", prefix, "--replicas", &list],
+            // Sessions across replicas: the session-based revision.
+            &["--mode", "legacy", "--prefix", prefix, "--replicas", &list],
         )
         .await;
         crate::sdk_clients::assert_everything(&report, "python", prefix);
@@ -101,7 +102,7 @@ async fn sdk_client_switching_replicas_on_every_request() {
             Sdk::Python,
             &url,
             "roundtrips",
-            &["--prefix", prefix, "--replicas", &list],
+            &["--mode", "legacy", "--prefix", prefix, "--replicas", &list],
         )
         .await;
         let sampling = report["sampling"].as_str().unwrap_or_default();

@@ -80,6 +80,15 @@ async fn conformance_suites_through_the_gateway_to_a_stdio_fixture() {
         "baseline-0.2.0.yaml",
     )
     .await;
+    // The stateless revision: every request stands alone, the gateway bridges the fixture's
+    // session-based answers (questions become input_required results).
+    run_suite(
+        "conformance-next",
+        &url,
+        &["--requirements", "2026-07-28"],
+        "baseline-0.2.0-2026.yaml",
+    )
+    .await;
     gw.stop().await;
 }
 

@@ -18,6 +18,7 @@ mod resume;
 mod rolling;
 mod sdk_clients;
 mod session_store;
+mod stateless;
 mod telemetry;
 mod three_upstreams;
 mod tls;

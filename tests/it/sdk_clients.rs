@@ -1,6 +1,7 @@
 //! The official SDK clients (Python `mcp` 2.x, TypeScript SDK v1 and v2) through the gateway,
 //! in front of the reference `server-everything` run as a stdio child and over HTTP: list and
-//! call tools, including a streamed long-running operation with progress.
+//! call tools, including a streamed long-running operation with progress. The Python client
+//! runs in `auto` mode: it discovers and uses the stateless revision (2026-07-28).
 
 use serde_json::{Value, json};
 
@@ -12,7 +13,12 @@ use switchyard::config::{StdioSharing, UpstreamTransport};
 /// Checks one client's report of the `everything` scenario. `prefix` is what the gateway put
 /// in front of the tool names (empty for a single upstream).
 pub(crate) fn assert_everything(report: &Value, sdk_label: &str, prefix: &str) {
-    assert_eq!(report["protocolVersion"], "2025-11-25", "{report}");
+    // The Python SDK 2.x discovers the stateless revision unless told to use `legacy`.
+    let version = match (sdk_label, report["mode"].as_str()) {
+        ("python", Some(mode)) if mode != "legacy" => "2026-07-28",
+        _ => "2025-11-25",
+    };
+    assert_eq!(report["protocolVersion"], version, "{report}");
     let tools: Vec<&str> = report["tools"]
         .as_array()
         .unwrap_or_else(|| panic!("no tools in {report}"))

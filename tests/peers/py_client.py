@@ -372,7 +372,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("url")
     p.add_argument("scenario", choices=sorted(SCENARIOS))
-    p.add_argument("--mode", choices=["legacy", "auto"], default="auto")
+    p.add_argument("--mode", choices=["legacy", "auto", "2026-07-28"], default="auto")
     p.add_argument("--prefix", default=None)
     p.add_argument("--calls", type=int, default=10, help="calls made by the `steady` scenario")
     p.add_argument(

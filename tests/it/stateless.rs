@@ -1,0 +1,310 @@
+//! The stateless revision (2026-07-28) in front of session-based upstreams: the transport's
+//! rules over raw HTTP, the official Python SDK 2.x (auto and pinned 2026-07-28) through the
+//! gateway to the reference `server-everything`, and the elicitation/sampling bridge
+//! (upstream questions become input_required results, answered by the client's retry).
+
+use serde_json::{Value, json};
+
+use crate::support::client::{ACCEPT_BOTH, RawClient, Reply};
+use crate::support::config::{config, tenant, upstream};
+use crate::support::gateway::TestGateway;
+use crate::support::peers::{Sdk, everything_stdio, run_client};
+use switchyard::config::{StdioSharing, UpstreamTransport};
+
+const V: &str = "2026-07-28";
+
+async fn everything_gateway() -> TestGateway {
+    // Per session: server-everything offers its sampling/elicitation tools to clients that
+    // declared those capabilities, which the gateway does for its stateless clients.
+    let mut stdio = everything_stdio();
+    stdio.sharing = StdioSharing::PerSession;
+    TestGateway::start(config(vec![tenant(
+        "ev",
+        vec![upstream("everything", UpstreamTransport::Stdio(stdio))],
+    )]))
+    .await
+}
+
+fn meta(capabilities: Value) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": V,
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+    })
+}
+
+/// POSTs a stateless request with the mirrored headers it should carry, plus `extra`
+/// (which replace them by name).
+async fn send(
+    c: &RawClient,
+    id: u64,
+    method: &str,
+    params: Value,
+    extra: &[(&str, &str)],
+) -> Reply {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let name = params["name"]
+        .as_str()
+        .or(params["uri"].as_str())
+        .map(str::to_owned);
+    let mut headers: Vec<(&str, String)> = vec![
+        ("content-type", "application/json".into()),
+        ("accept", ACCEPT_BOTH.into()),
+        ("mcp-protocol-version", V.into()),
+        ("mcp-method", method.into()),
+    ];
+    if let Some(n) = name {
+        headers.push(("mcp-name", n));
+    }
+    for (k, v) in extra {
+        headers.retain(|(h, _)| h != k);
+        if !v.is_empty() {
+            headers.push((k, (*v).to_owned()));
+        }
+    }
+    let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    c.post_raw(body.to_string(), &h).await
+}
+
+fn assert_error(r: &Reply, status: u16, code: i64) {
+    assert_eq!(r.status, status, "{r:?}");
+    assert_eq!(r.error_code(), Some(code), "{:?}", r.last());
+}
+
+#[tokio::test]
+async fn stateless_transport_rules() {
+    let gw = everything_gateway().await;
+    let c = RawClient::new(gw.url("ev"));
+    let caps = json!({"elicitation": {}});
+
+    // server/discover: versions, capabilities, identity, caching hints; no session minted.
+    let r = send(
+        &c,
+        1,
+        "server/discover",
+        json!({"_meta": meta(caps.clone())}),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.header("mcp-session-id").is_none(), "{r:?}");
+    let d = &r.last()["result"];
+    assert_eq!(d["resultType"], "complete");
+    assert_eq!(d["supportedVersions"][0], V, "{d}");
+    assert!(d["capabilities"]["tools"].is_object(), "{d}");
+    assert_eq!(
+        d["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "switchyard"
+    );
+    assert!(
+        d["ttlMs"].as_u64().is_some() && d["cacheScope"].is_string(),
+        "{d}"
+    );
+
+    // Lists carry resultType and caching hints.
+    let r = send(
+        &c,
+        2,
+        "tools/list",
+        json!({"_meta": meta(caps.clone())}),
+        &[],
+    )
+    .await;
+    let list = &r.last()["result"];
+    assert_eq!(list["resultType"], "complete", "{list}");
+    assert!(
+        list["ttlMs"].is_u64() && list["cacheScope"] == "public",
+        "{list}"
+    );
+    assert!(list["tools"].as_array().is_some_and(|t| !t.is_empty()));
+
+    // A plain call: complete, with the upstream's content.
+    let args = json!({"name": "echo", "arguments": {"message": "hi"}, "_meta": meta(caps.clone())});
+    let r = send(&c, 3, "tools/call", args.clone(), &[]).await;
+    assert_eq!(
+        r.last()["result"]["resultType"],
+        "complete",
+        "{:?}",
+        r.last()
+    );
+    assert_eq!(r.last()["result"]["content"][0]["text"], "Echo: hi");
+    // Mcp-Name may come Base64-encoded.
+    let r = send(
+        &c,
+        4,
+        "tools/call",
+        args.clone(),
+        &[("mcp-name", "=?base64?ZWNobw==?=")],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+
+    // Header/body mismatches and missing headers: 400 HeaderMismatch.
+    assert_error(
+        &send(
+            &c,
+            5,
+            "tools/call",
+            args.clone(),
+            &[("mcp-name", "get-sum")],
+        )
+        .await,
+        400,
+        -32020,
+    );
+    assert_error(
+        &send(&c, 6, "tools/call", args.clone(), &[("mcp-name", "")]).await,
+        400,
+        -32020,
+    );
+    assert_error(
+        &send(
+            &c,
+            7,
+            "tools/call",
+            args.clone(),
+            &[("mcp-method", "tools/list")],
+        )
+        .await,
+        400,
+        -32020,
+    );
+    assert_error(
+        &send(&c, 8, "tools/call", args.clone(), &[("mcp-method", "")]).await,
+        400,
+        -32020,
+    );
+    let other_version = json!({"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2025-11-25",
+        "io.modelcontextprotocol/clientCapabilities": {}}});
+    assert_error(
+        &send(&c, 9, "tools/list", other_version, &[]).await,
+        400,
+        -32020,
+    );
+    // Missing _meta fields: 400 Invalid params.
+    assert_error(
+        &send(&c, 10, "tools/list", json!({}), &[]).await,
+        400,
+        -32602,
+    );
+    let no_caps = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": V}});
+    assert_error(&send(&c, 11, "tools/list", no_caps, &[]).await, 400, -32602);
+    // An unknown version: 400 UnsupportedProtocolVersion with what is supported.
+    let r = send(
+        &c,
+        12,
+        "tools/list",
+        json!({"_meta": meta(json!({}))}),
+        &[("mcp-protocol-version", "1900-01-01")],
+    )
+    .await;
+    assert_error(&r, 400, -32022);
+    assert_eq!(
+        r.last()["error"]["data"]["supported"][0],
+        V,
+        "{:?}",
+        r.last()
+    );
+    // Methods this revision does not have, and unknown ones: 404 Method not found.
+    for m in [
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "no/such",
+    ] {
+        assert_error(
+            &send(&c, 13, m, json!({"_meta": meta(json!({}))}), &[]).await,
+            404,
+            -32601,
+        );
+    }
+    // No GET stream and no session to delete.
+    let r = c
+        .get_raw(&[("accept", "text/event-stream"), ("mcp-protocol-version", V)])
+        .await;
+    assert_eq!(r.status, 405, "{r:?}");
+
+    // An upstream's question for a capability the request did not declare: 400 -32021.
+    let sample = json!({"name": "trigger-sampling-request", "arguments": {"prompt": "x"},
+                        "_meta": meta(json!({"elicitation": {}}))});
+    let r = send(&c, 14, "tools/call", sample, &[]).await;
+    assert_error(&r, 400, -32021);
+    assert!(r.last()["error"]["data"]["requiredCapabilities"]["sampling"].is_object());
+
+    // Elicitation bridged: input_required, then the retry with the answer completes.
+    let ask = json!({"name": "trigger-elicitation-request", "arguments": {},
+                     "_meta": meta(json!({"elicitation": {}}))});
+    let r = send(&c, 15, "tools/call", ask.clone(), &[]).await;
+    let first = r.last()["result"].clone();
+    assert_eq!(first["resultType"], "input_required", "{first}");
+    let requests = first["inputRequests"].as_object().expect("inputRequests");
+    assert_eq!(requests.len(), 1, "{first}");
+    let (key, question) = requests.iter().next().unwrap();
+    assert_eq!(question["method"], "elicitation/create", "{question}");
+    let state = first["requestState"]
+        .as_str()
+        .expect("requestState")
+        .to_owned();
+
+    // A tampered state, or one presented for another tool, is refused.
+    let mut tampered = ask.clone();
+    tampered["requestState"] = json!(format!("{state}x"));
+    assert_error(
+        &send(&c, 16, "tools/call", tampered, &[]).await,
+        200,
+        -32602,
+    );
+    let mut elsewhere =
+        json!({"name": "echo", "arguments": {"message": "x"}, "_meta": meta(json!({}))});
+    elsewhere["requestState"] = json!(state);
+    assert_error(
+        &send(&c, 17, "tools/call", elsewhere, &[]).await,
+        200,
+        -32602,
+    );
+
+    // A retry without the answer is asked again; with it, the tool completes.
+    let mut retry = ask.clone();
+    retry["requestState"] = json!(state);
+    retry["inputResponses"] = json!({});
+    let r = send(&c, 18, "tools/call", retry, &[]).await;
+    let again = r.last()["result"].clone();
+    assert_eq!(again["resultType"], "input_required", "{again}");
+    assert!(again["inputRequests"][key].is_object(), "{again}");
+    let mut retry = ask.clone();
+    retry["requestState"] = again["requestState"].clone();
+    retry["inputResponses"] = json!({ key.clone(): {"action": "accept", "content": {
+        "name": "Ada", "color": "green", "email": "ada@example.com", "age": 36, "pets": ["cats"]}}});
+    let r = send(&c, 19, "tools/call", retry, &[]).await;
+    assert_eq!(r.last()["id"], 19, "{:?}", r.last());
+    let done = &r.last()["result"];
+    assert_eq!(done["resultType"], "complete", "{done}");
+    assert!(done.to_string().contains("Ada"), "{done}");
+    gw.stop().await;
+}
+
+/// The official Python SDK 2.x through the gateway: discovering the revision (`auto`) and
+/// pinned to it, tools with progress, and sampling and elicitation answered through
+/// input_required results that the gateway turns into the upstream's answers.
+#[tokio::test]
+async fn python_sdk_stateless_against_a_session_based_upstream() {
+    let gw = everything_gateway().await;
+    let url = gw.url("ev");
+    for mode in ["auto", V] {
+        let report = run_client(Sdk::Python, &url, "everything", &["--mode", mode]).await;
+        assert_eq!(report["protocolVersion"], V, "{report}");
+        crate::sdk_clients::assert_everything(&report, "python", "");
+        let report = run_client(Sdk::Python, &url, "roundtrips", &["--mode", mode]).await;
+        assert_eq!(report["protocolVersion"], V, "{report}");
+        let sampling = report["sampling"].as_str().unwrap_or_default();
+        assert!(sampling.contains("sampled by python"), "{mode}: {report}");
+        let elicitation = report["elicitation"].as_str().unwrap_or_default();
+        assert!(
+            elicitation.contains("- Name: Ada python"),
+            "{mode}: {report}"
+        );
+    }
+    gw.stop().await;
+}
