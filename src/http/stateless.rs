@@ -233,7 +233,7 @@ struct Exchange {
 /// What comes next on a stateless response.
 enum Step {
     /// A notification for the client; the request goes on.
-    Notify(Bytes, ForwardStream),
+    Notify(Bytes, Box<ForwardStream>),
     /// The whole response (a result, `input_required`, or an error) and its HTTP status
     /// when it is not streamed.
     Done(Bytes, StatusCode),
@@ -258,7 +258,7 @@ impl Exchange {
             }
             Step::Notify(first, stream) => {
                 let (tx, rx) = mpsc::channel::<Bytes>(16);
-                tokio::spawn(self.pump(stream, first, tx));
+                tokio::spawn(self.pump(*stream, first, tx));
                 let events = futures_util::stream::unfold(rx, |mut rx| async move {
                     rx.recv()
                         .await
@@ -282,7 +282,7 @@ impl Exchange {
             };
             match step {
                 Step::Notify(m, s) => {
-                    stream = s;
+                    stream = *s;
                     if tx.send(sse::event(&m)).await.is_err() {
                         return;
                     }
@@ -313,7 +313,7 @@ impl Exchange {
                         return Step::Done(body, status);
                     }
                     if self.wants(&m) {
-                        return Step::Notify(m, stream);
+                        return Step::Notify(m, Box::new(stream));
                     }
                 }
             }

@@ -202,6 +202,7 @@ fn missing_fields(response: &[u8], hints: Option<CacheHints>) -> Option<(usize, 
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use serde_json::json;
 

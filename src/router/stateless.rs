@@ -19,14 +19,14 @@ use crate::protocol::modern::{self, CacheHints};
 use crate::session::{LiveSession, SessionId, SessionKey};
 use crate::tenant::Tenant;
 
-/// What the gateway tells upstreams its stateless clients can do: everything it can bridge
-/// into `input_required` results. A request whose client lacks the capability gets its
-/// upstream's question refused.
+/// What the gateway tells upstreams its stateless clients can do: what it bridges into
+/// `input_required` results asked during a request. A request whose client lacks the
+/// capability gets -32021. Not roots: upstreams ask for them outside of requests too
+/// (after the handshake), where no stateless client could answer.
 fn bridged_capabilities() -> Value {
     json!({
         "elicitation": { "form": {}, "url": {} },
         "sampling": {},
-        "roots": {},
     })
 }
 

@@ -13,9 +13,9 @@ use switchyard::config::{StdioSharing, UpstreamTransport};
 /// Checks one client's report of the `everything` scenario. `prefix` is what the gateway put
 /// in front of the tool names (empty for a single upstream).
 pub(crate) fn assert_everything(report: &Value, sdk_label: &str, prefix: &str) {
-    // The Python SDK 2.x discovers the stateless revision unless told to use `legacy`.
+    // The Python SDK 2.x and TS SDK v2 discover the stateless revision unless told `legacy`.
     let version = match (sdk_label, report["mode"].as_str()) {
-        ("python", Some(mode)) if mode != "legacy" => "2026-07-28",
+        ("python" | "ts-sdk-v2", Some(mode)) if mode != "legacy" => "2026-07-28",
         _ => "2025-11-25",
     };
     assert_eq!(report["protocolVersion"], version, "{report}");

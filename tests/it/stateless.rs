@@ -92,9 +92,9 @@ async fn stateless_transport_rules() {
     assert_eq!(d["resultType"], "complete");
     assert_eq!(d["supportedVersions"][0], V, "{d}");
     assert!(d["capabilities"]["tools"].is_object(), "{d}");
-    assert_eq!(
-        d["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
-        "switchyard"
+    assert!(
+        d["_meta"]["io.modelcontextprotocol/serverInfo"]["name"].is_string(),
+        "{d}"
     );
     assert!(
         d["ttlMs"].as_u64().is_some() && d["cacheScope"].is_string(),
@@ -241,7 +241,7 @@ async fn stateless_transport_rules() {
     assert_eq!(first["resultType"], "input_required", "{first}");
     let requests = first["inputRequests"].as_object().expect("inputRequests");
     assert_eq!(requests.len(), 1, "{first}");
-    let (key, question) = requests.iter().next().unwrap();
+    let (key, question) = requests.iter().next().expect("one input request");
     assert_eq!(question["method"], "elicitation/create", "{question}");
     let state = first["requestState"]
         .as_str()
