@@ -325,14 +325,14 @@ mod tests {
     #[test]
     fn unsupported_version_lists_served_versions() {
         let err = GatewayError::UnsupportedProtocolVersion {
-            requested: "2026-07-28".into(),
+            requested: "1900-01-01".into(),
         };
         let id = jsonrpc::raw_u64(1);
         let v: Value = serde_json::from_slice(&err.to_jsonrpc(Some(&id))).unwrap();
         assert_eq!(v["id"], 1);
         assert_eq!(v["error"]["code"], -32022);
-        assert_eq!(v["error"]["data"]["requested"], "2026-07-28");
-        assert_eq!(v["error"]["data"]["supported"][0], "2025-11-25");
+        assert_eq!(v["error"]["data"]["requested"], "1900-01-01");
+        assert_eq!(v["error"]["data"]["supported"][0], "2026-07-28");
     }
 
     #[test]

@@ -172,10 +172,10 @@ mod tests {
             protocol_version(&with("mcp-protocol-version", "2025-06-18")).ok(),
             Some(Some(ProtocolVersion::V2025_06_18))
         );
-        assert!(matches!(
-            protocol_version(&with("mcp-protocol-version", "2026-07-28")),
-            Err(GatewayError::UnsupportedProtocolVersion { .. })
-        ));
+        assert_eq!(
+            protocol_version(&with("mcp-protocol-version", "2026-07-28")).ok(),
+            Some(Some(ProtocolVersion::V2026_07_28))
+        );
         assert!(matches!(
             protocol_version(&with("mcp-protocol-version", "banana")),
             Err(GatewayError::UnsupportedProtocolVersion { .. })
