@@ -53,6 +53,9 @@ async fn rolling_restart_under_streamed_load_loses_and_duplicates_nothing() {
                     &url,
                     "steady",
                     &[
+                        // Resumable streams across replicas: the session-based revision.
+                        "--mode",
+                        "legacy",
                         "--calls",
                         &CALLS.to_string(),
                         "--replicas",
