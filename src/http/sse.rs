@@ -33,3 +33,14 @@ pub fn event(message: &[u8]) -> bytes::Bytes {
     out.push(b'\n');
     bytes::Bytes::from(out)
 }
+
+/// A response body made of what arrives on `rx`, ending when every sender is gone; dropping
+/// the body (the client closed the stream) closes the channel, which its writer notices.
+pub fn channel_body(rx: tokio::sync::mpsc::Receiver<bytes::Bytes>) -> Body {
+    let events = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<bytes::Bytes, std::convert::Infallible>(b), rx))
+    });
+    Body::from_stream(events)
+}

@@ -259,12 +259,7 @@ impl Exchange {
             Step::Notify(first, stream) => {
                 let (tx, rx) = mpsc::channel::<Bytes>(16);
                 tokio::spawn(self.pump(*stream, first, tx));
-                let events = futures_util::stream::unfold(rx, |mut rx| async move {
-                    rx.recv()
-                        .await
-                        .map(|b| (Ok::<Bytes, std::convert::Infallible>(b), rx))
-                });
-                sse::response(Body::from_stream(events))
+                sse::response(sse::channel_body(rx))
             }
         }
     }
@@ -433,6 +428,11 @@ impl Exchange {
 /// The HTTP status of a forwarded final response: an upstream's "method not found" is 404
 /// in this revision, everything else (results, request-level errors) 200.
 fn status_of(body: &[u8]) -> StatusCode {
+    // Only a body holding the code can be that error: results are not parsed a second time.
+    const CODE: &[u8] = b"-32601";
+    if !body.windows(CODE.len()).any(|w| w == CODE) {
+        return StatusCode::OK;
+    }
     if let Ok(Message::Response(r)) = jsonrpc::parse(body)
         && let Outcome::Error(e) = r.outcome
         && RawObject::parse(e)
@@ -589,12 +589,7 @@ async fn listen(
             }
         }
     });
-    let events = futures_util::stream::unfold(out, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|b| (Ok::<Bytes, std::convert::Infallible>(b), rx))
-    });
-    sse::response(Body::from_stream(events))
+    sse::response(sse::channel_body(out))
 }
 
 /// How often an idle listen stream gets a keep-alive comment.
