@@ -95,6 +95,9 @@ enum Command {
         /// Serve the conformance-suite fixture catalog instead of the demo one.
         #[arg(long)]
         conformance: bool,
+        /// Also speak 2026-07-28 (stateless: server/discover, no handshake needed).
+        #[arg(long)]
+        stateless: bool,
         /// Append every received message to this file (one JSON per line).
         #[arg(long)]
         trace: Option<PathBuf>,
@@ -163,6 +166,7 @@ async fn tool(command: Command) -> ExitCode {
             test_tools,
             stubborn,
             conformance,
+            stateless,
             trace,
             extra_tools,
         } => {
@@ -173,6 +177,7 @@ async fn tool(command: Command) -> ExitCode {
                 conformance,
                 trace_file: trace,
                 extra_tools,
+                stateless,
             };
             demo_server(stdio, http, opts).await
         }

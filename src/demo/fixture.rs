@@ -41,9 +41,9 @@ const RESOURCE_URIS: [&str; 4] = [
 ];
 const TEMPLATE_IDS: [&str; 4] = ["1", "2", "42", "123"];
 
-pub(crate) fn prompts_list() -> Vec<u8> {
+pub(crate) fn prompts_list(stateless: bool) -> Vec<u8> {
     let arg = |name: &str, description: &str| json!({"name": name, "description": description, "required": true});
-    encode(&json!({"prompts": [
+    let mut prompts = json!({"prompts": [
         {"name": "test_simple_prompt", "description": "A simple prompt without arguments."},
         {"name": "test_prompt_with_arguments",
          "description": "A prompt that substitutes two arguments.",
@@ -52,7 +52,11 @@ pub(crate) fn prompts_list() -> Vec<u8> {
          "description": "A prompt that embeds a resource.",
          "arguments": [arg("resourceUri", "URI of the resource to embed")]},
         {"name": "test_prompt_with_image", "description": "A prompt that includes an image."}
-    ]}))
+    ]});
+    if stateless && let Some(list) = prompts["prompts"].as_array_mut() {
+        list.push(super::fixture_mrtr::prompt());
+    }
+    encode(&prompts)
 }
 
 pub(crate) fn resources_list() -> Vec<u8> {

@@ -43,14 +43,14 @@ pub(crate) enum Form {
     Enums,
 }
 
-pub(crate) fn list_result() -> Vec<u8> {
+pub(crate) fn list_result(stateless: bool) -> Vec<u8> {
     let no_args = json!({"type": "object", "properties": {}});
     let tool = |name: &str, description: &str| json!({"name": name, "description": description, "inputSchema": no_args});
     let one_string = |arg: &str, description: &str| {
         json!({"type": "object", "properties": {arg: {"type": "string", "description": description}},
                "required": [arg]})
     };
-    encode(&json!({"tools": [
+    let mut tools = json!([
         tool("test_simple_text", "Returns a simple text response."),
         tool("test_image_content", "Returns an image (a 1x1 PNG)."),
         tool("test_audio_content", "Returns audio (a tiny WAV)."),
@@ -80,7 +80,11 @@ pub(crate) fn list_result() -> Vec<u8> {
         tool("test_streaming_elicitation",
              "Asks the user for a username and email (elicitation/create) while it runs."),
         tool("test_logging_tool", "Sends three info log messages while it runs."),
-    ]}))
+    ]);
+    if stateless && let Some(list) = tools.as_array_mut() {
+        list.extend(super::fixture_mrtr::tools());
+    }
+    encode(&json!({ "tools": tools }))
 }
 
 fn json_schema_2020_12() -> Value {
@@ -122,6 +126,7 @@ pub(crate) fn call(
     name: &str,
     args: Option<&RawValue>,
     token: Option<&RawValue>,
+    stateless: bool,
 ) -> Outcome {
     let args = args.map_or("{}", RawValue::get);
     let content = |c: Value| Outcome::Reply(wire::tool_content(id, &encode(&c), false));
@@ -199,6 +204,15 @@ pub(crate) fn call(
     if let Some(cap) = job.needs()
         && !session.peer.supports(cap)
     {
+        if stateless {
+            // The stateless revision's error for a request needing an undeclared capability.
+            let error = json!({"code": -32021,
+                "message": format!("Missing required client capability: {}", cap.name()),
+                "data": {"requiredCapabilities": {cap.name(): {}}}});
+            let id: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
+            let msg = json!({"jsonrpc": "2.0", "id": id, "error": error});
+            return Outcome::Reply(Bytes::from(serde_json::to_vec(&msg).unwrap_or_default()));
+        }
         let text = format!(
             "Tool {name} needs the client's `{}` capability, which the client did not declare \
              at initialize",

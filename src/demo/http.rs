@@ -18,6 +18,7 @@ use bytes::{Bytes, BytesMut};
 use dashmap::DashMap;
 use tokio::sync::mpsc;
 
+use super::modern;
 use super::server::{Outcome, SUPPORTED_VERSIONS, Server, Session};
 use super::tools::Transport;
 use super::wire::{self, INVALID_REQUEST, Message};
@@ -118,11 +119,21 @@ async fn post(st: &HttpState, headers: &HeaderMap, body: Body) -> Response {
     {
         return initialize(st, msg);
     }
-    let session = match session_of(st, headers) {
-        Ok(s) => s,
-        Err((status, msg)) => return status_error(status, msg),
+    // The stateless revision: every POST stands alone, served by a session of its own.
+    let stateless = st.server.stateless
+        && headers
+            .get(VERSION_HEADER)
+            .is_some_and(|v| v.as_bytes() == modern::VERSION.as_bytes());
+    let session = if stateless {
+        st.server.session(Transport::Http)
+    } else {
+        match session_of(st, headers) {
+            Ok(s) => s,
+            Err((status, msg)) => return status_error(status, msg),
+        }
     };
     if let Some(v) = headers.get(VERSION_HEADER)
+        && !stateless
         && !SUPPORTED_VERSIONS
             .iter()
             .any(|s| s.as_bytes() == v.as_bytes())

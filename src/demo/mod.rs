@@ -12,9 +12,11 @@
 
 mod catalog;
 mod fixture;
+mod fixture_mrtr;
 mod fixture_tools;
 mod http;
 mod inflight;
+mod modern;
 mod peer;
 mod server;
 mod stdio;
@@ -55,6 +57,10 @@ pub struct DemoOptions {
     /// This many more tools (`bulk-0001`, …), each answering like `echo`: a big catalog for
     /// list measurements.
     pub extra_tools: usize,
+    /// Also speak the stateless revision (2026-07-28): answer `server/discover` and serve
+    /// requests whose `_meta` names that revision (with `conformance`, the multi round-trip
+    /// tools too). Without it the server is session-based only.
+    pub stateless: bool,
 }
 
 /// Serves one session as newline-delimited JSON on stdin/stdout until stdin reaches EOF.

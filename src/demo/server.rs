@@ -17,10 +17,12 @@ use tokio::sync::oneshot;
 
 use super::DemoOptions;
 use super::inflight::{Deferred, IdKey, InFlight, Job, id_key};
+use super::modern::{self, Modern};
 use super::peer::{LOG_LEVELS, PEER_TIMEOUT, Peer};
 use super::tools::{self, ToolRun, Transport};
 use super::wire::{self, INVALID_PARAMS, METHOD_NOT_FOUND, Message};
-use super::{catalog, fixture, fixture_tools};
+use super::{catalog, fixture, fixture_mrtr, fixture_tools};
+use crate::router::CursorKey;
 
 /// Protocol revisions the demo speaks, newest first.
 pub(crate) const SUPPORTED_VERSIONS: [&str; 4] =
@@ -46,6 +48,14 @@ pub(crate) struct Server {
     resources_list: Cow<'static, [u8]>,
     templates_list: Cow<'static, [u8]>,
     trace: Option<Mutex<File>>,
+    /// For `server/discover`: the server's name, capabilities and instructions.
+    name: String,
+    capabilities: &'static [u8],
+    instructions: &'static str,
+    /// Signs the `requestState` of the fixture's multi round-trip tools.
+    state_key: CursorKey,
+    /// Speaking the stateless revision too.
+    pub(crate) stateless: bool,
 }
 
 impl Server {
@@ -86,8 +96,8 @@ impl Server {
         };
         let (tools_list, prompts_list, resources_list, templates_list) = if opts.conformance {
             (
-                fixture_tools::list_result(),
-                fixture::prompts_list().into(),
+                fixture_tools::list_result(opts.stateless),
+                fixture::prompts_list(opts.stateless).into(),
                 fixture::resources_list().into(),
                 fixture::templates_list().into(),
             )
@@ -110,6 +120,11 @@ impl Server {
             resources_list,
             templates_list,
             trace,
+            name: name.to_owned(),
+            capabilities,
+            instructions,
+            state_key: CursorKey::random(),
+            stateless: opts.stateless,
         };
         Ok(Arc::new(server))
     }
@@ -319,6 +334,52 @@ impl Session {
         method: &str,
         params: Option<&RawValue>,
     ) -> Outcome {
+        if !self.server.stateless {
+            return self.request_in_session(id, method, params);
+        }
+        if method == "server/discover" {
+            let s = &self.server;
+            let reply = modern::discover(
+                id,
+                &SUPPORTED_VERSIONS,
+                s.capabilities,
+                &s.name,
+                s.instructions,
+            );
+            return Outcome::Reply(reply);
+        }
+        let Some(stateless) = Modern::of(params) else {
+            return self.request_in_session(id, method, params);
+        };
+        // Each stateless request says what its client can do; server-to-client requests of
+        // the session-based tools follow what it says.
+        self.peer.declare(
+            RawValue::from_string(stateless.capabilities.to_string())
+                .ok()
+                .as_deref(),
+        );
+        if self.server.fixture
+            && let Some(reply) =
+                fixture_mrtr::request(&self.server.state_key, &stateless, id, method, params)
+        {
+            return Outcome::Reply(modern::complete(reply, method));
+        }
+        match self.request_in_session(id, method, params) {
+            Outcome::Reply(reply) if method == "resources/read" => {
+                Outcome::Reply(modern::complete(modern::not_found(reply, params), method))
+            }
+            Outcome::Reply(reply) => Outcome::Reply(modern::complete(reply, method)),
+            other => other,
+        }
+    }
+
+    /// A request of the session-based revisions (or one whose answer is the same in all).
+    fn request_in_session(
+        self: &Arc<Self>,
+        id: &RawValue,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Outcome {
         if self.server.fixture
             && let Some(reply) = fixture::request(&self.peer, id, method, params)
         {
@@ -412,7 +473,8 @@ impl Session {
             return Outcome::Reply(wire::error(Some(id), INVALID_PARAMS, msg));
         }
         if self.server.fixture {
-            return fixture_tools::call(self, id, &p.name, p.arguments, token);
+            let stateless = self.server.stateless && Modern::of(Some(params)).is_some();
+            return fixture_tools::call(self, id, &p.name, p.arguments, token, stateless);
         }
         let run = tools::call(
             &p.name,

@@ -22,7 +22,7 @@ use crate::jsonrpc::{self, Message, Outcome, OwnedId, RawObject, Request};
 use crate::protocol::header as mcp;
 use crate::protocol::modern::{self, CacheHints, MetaError, RequestMeta};
 use crate::protocol::{Method, ProtocolVersion};
-use crate::router::mrtr::{self, Interactions, Parked, Question, Target};
+use crate::router::mrtr::{self, Claim, Interactions, Parked, Question, Target};
 use crate::router::{self, Reply, stateless};
 use crate::session::LiveSession;
 use crate::tenant::Tenant;
@@ -121,7 +121,21 @@ async fn request(
 
     if let Some(state) = params.as_ref().and_then(|p| p.get_str("requestState")) {
         let target = exchange.target();
-        let parked = gateway.interactions.claim(tenant, user, &target, &state)?;
+        let parked = match gateway.interactions.claim(tenant, user, &target, &state)? {
+            Claim::Parked(parked) => *parked,
+            Claim::Upstream(inner) => {
+                // A stateless upstream's state: the retry goes to it with its own state.
+                let mut retry = params.clone().unwrap_or_default();
+                retry.set("requestState", jsonrpc::raw_string(&inner));
+                let retry_params = retry.to_raw();
+                let req = Request {
+                    id: req.id,
+                    method: req.method.clone(),
+                    params: Some(&retry_params),
+                };
+                return exchange.forward(tenant, &session, principal, &req).await;
+            }
+        };
         let left = mrtr::answer(
             &parked.session,
             parked.questions,
@@ -136,16 +150,7 @@ async fn request(
         return Ok(exchange.drive(parked.stream).await);
     }
 
-    let reply = router::handle_request(tenant, &session, principal, req)
-        .await
-        .map_err(|e| match e {
-            GatewayError::MethodNotFound(m) => GatewayError::MethodNotServed(m),
-            other => other,
-        })?;
-    match reply {
-        Reply::Json(body) => Ok(json(exchange.finish(&body))),
-        Reply::Stream(stream) => Ok(exchange.drive(stream.cancel_on_drop()).await),
-    }
+    exchange.forward(tenant, &session, principal, req).await
 }
 
 /// The name or URI a request targets (`Mcp-Name`), for the methods that have one.
@@ -240,6 +245,26 @@ enum Step {
 }
 
 impl Exchange {
+    /// Sends the request on through the user's session.
+    async fn forward(
+        self,
+        tenant: &Arc<Tenant>,
+        session: &Arc<LiveSession>,
+        principal: &Principal,
+        req: &Request<'_>,
+    ) -> Result<Response<Body>, GatewayError> {
+        let reply = router::handle_request(tenant, session, principal, req)
+            .await
+            .map_err(|e| match e {
+                GatewayError::MethodNotFound(m) => GatewayError::MethodNotServed(m),
+                other => other,
+            })?;
+        match reply {
+            Reply::Json(body) => Ok(json(self.finish(&body))),
+            Reply::Stream(stream) => Ok(self.drive(stream.cancel_on_drop()).await),
+        }
+    }
+
     fn target(&self) -> Target<'_> {
         Target {
             method: &self.method,
@@ -421,26 +446,66 @@ impl Exchange {
             let reid = jsonrpc::response_with_id(&self.id, r.outcome);
             return modern::complete(&reid, hints);
         }
+        if let Some(wrapped) = self.wrap_upstream_state(body) {
+            return modern::complete(&wrapped, hints);
+        }
         modern::complete(body, hints)
+    }
+
+    /// A stateless upstream's `input_required` result with its own `requestState`: the state
+    /// goes to the client wrapped (bound to the user and request, any replica continues it).
+    fn wrap_upstream_state(&self, body: &[u8]) -> Option<Vec<u8>> {
+        if !memchr_contains(body, b"requestState") {
+            return None;
+        }
+        let Ok(Message::Response(r)) = jsonrpc::parse(body) else {
+            return None;
+        };
+        let Outcome::Result(result) = r.outcome else {
+            return None;
+        };
+        let mut obj = RawObject::parse(result).ok()?;
+        if obj.get_str("resultType").as_deref() != Some("input_required") {
+            return None;
+        }
+        let inner = obj.get_str("requestState")?.into_owned();
+        let wrapped = mrtr::wrap(&self.tenant, &self.user, &self.target(), inner);
+        obj.set("requestState", jsonrpc::raw_string(&wrapped));
+        Some(jsonrpc::response_with_id(
+            r.id,
+            Outcome::Result(&obj.to_raw()),
+        ))
     }
 }
 
+/// Whether `needle` occurs in `haystack` (a cheap check before parsing).
+fn memchr_contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
 /// The HTTP status of a forwarded final response: an upstream's "method not found" is 404
-/// in this revision, everything else (results, request-level errors) 200.
+/// in this revision, its header mismatch, missing capability and unsupported version errors
+/// 400, everything else (results, request-level errors) 200.
 fn status_of(body: &[u8]) -> StatusCode {
-    // Only a body holding the code can be that error: results are not parsed a second time.
-    const CODE: &[u8] = b"-32601";
-    if !body.windows(CODE.len()).any(|w| w == CODE) {
+    // Only a body holding one of the codes can be such an error: results are not parsed a
+    // second time.
+    const CODES: [(&[u8], StatusCode); 4] = [
+        (b"-32601", StatusCode::NOT_FOUND),
+        (b"-32020", StatusCode::BAD_REQUEST),
+        (b"-32021", StatusCode::BAD_REQUEST),
+        (b"-32022", StatusCode::BAD_REQUEST),
+    ];
+    let Some(&(code, status)) = CODES.iter().find(|(c, _)| memchr_contains(body, c)) else {
         return StatusCode::OK;
-    }
+    };
     if let Ok(Message::Response(r)) = jsonrpc::parse(body)
         && let Outcome::Error(e) = r.outcome
         && RawObject::parse(e)
             .ok()
-            .and_then(|e| e.get("code").map(|c| c.get() == "-32601"))
+            .and_then(|e| e.get("code").map(|c| c.get().as_bytes() == code))
             .unwrap_or(false)
     {
-        return StatusCode::NOT_FOUND;
+        return status;
     }
     StatusCode::OK
 }

@@ -64,6 +64,11 @@ pub fn raw_u64(n: u64) -> Box<RawValue> {
     RawValue::from_string(n.to_string()).expect("an integer is valid JSON")
 }
 
+/// Raw JSON for a parsed value.
+pub fn raw_json(v: &serde_json::Value) -> Box<RawValue> {
+    serde_json::value::to_raw_value(v).expect("a JSON value serializes")
+}
+
 /// Raw JSON for a string (quoted and escaped).
 pub fn raw_string(s: &str) -> Box<RawValue> {
     RawValue::from_string(serde_json::to_string(s).expect("strings always serialize"))

@@ -110,6 +110,20 @@ pub fn decode_header_value(raw: &[u8]) -> Option<String> {
     Some(text.to_owned())
 }
 
+/// A value for a mirrored header (`Mcp-Name`, `Mcp-Param-*`): as it is when it is visible
+/// ASCII without surrounding spaces, else in the Base64 sentinel encoding.
+pub fn encode_header_value(value: &str) -> String {
+    let plain = value.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && !value.starts_with(' ')
+        && !value.ends_with(' ')
+        && !value.starts_with(SENTINEL_OPEN);
+    if plain {
+        return value.to_owned();
+    }
+    let inner = base64::engine::general_purpose::STANDARD.encode(value.as_bytes());
+    format!("{SENTINEL_OPEN}{inner}{SENTINEL_CLOSE}")
+}
+
 /// Whether a mirrored header (already decoded) stands for the body value `body`: strings
 /// compare exactly, numbers numerically, booleans by their JSON text.
 pub fn header_matches(header: &str, body: &Value) -> bool {
@@ -304,5 +318,15 @@ mod tests {
             MetaError::Missing(meta::CLIENT_CAPABILITIES)
         );
         assert!(RequestMeta::read(None).is_err());
+    }
+
+    #[test]
+    fn header_values_are_encoded_when_not_plain() {
+        assert_eq!(encode_header_value("get_weather"), "get_weather");
+        for v in ["héllo", " padded", "=?base64?x?="] {
+            let enc = encode_header_value(v);
+            assert!(enc.starts_with("=?base64?"), "{enc}");
+            assert_eq!(decode_header_value(enc.as_bytes()).as_deref(), Some(v));
+        }
     }
 }

@@ -237,9 +237,7 @@ async fn answer_locally(session: &Arc<LiveSession>, resp: &Response<'_>) -> bool
     let Some(route) = session.take_server_request(resp.id.get()) else {
         return false;
     };
-    if let Some(conn) = route.connection.upgrade() {
-        conn.respond(&route.upstream_id, resp.outcome).await;
-    }
+    crate::upstream::answer(route, resp.outcome).await;
     true
 }
 

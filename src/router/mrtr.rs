@@ -42,10 +42,15 @@ pub struct Parked {
 /// What a `requestState` says, signed.
 #[derive(Serialize, Deserialize)]
 struct State {
-    /// The parked request.
+    /// The parked request (empty for an upstream's own state).
+    #[serde(default)]
     h: String,
     /// The replica holding it.
+    #[serde(default)]
     r: String,
+    /// A stateless upstream's own `requestState`, wrapped: any replica continues it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    p: Option<String>,
     /// The user it belongs to (derived, not the user name).
     u: String,
     /// The method and the name or URI of the request it belongs to.
@@ -85,13 +90,13 @@ impl Interactions {
         let state = State {
             h: handle.clone(),
             r: replica.to_owned(),
+            p: None,
             u: tenant.cursor_key.derive(&[b"user", user.as_bytes()]),
             m: target.method.to_owned(),
             n: target.name.map(str::to_owned),
             x: expiry.as_secs(),
         };
-        let payload = serde_json::to_vec(&state).unwrap_or_default();
-        let token = tenant.cursor_key.seal(&payload);
+        let token = seal(tenant, &state);
         let mut requests = Map::new();
         for q in &parked.questions {
             requests.insert(q.key.clone(), q.request.clone());
@@ -114,14 +119,15 @@ impl Interactions {
         Value::Object(result)
     }
 
-    /// The parked request a retry's `requestState` names, taken out of the parking.
+    /// What a retry's `requestState` continues: a request parked here (taken out of the
+    /// parking), or a stateless upstream's own state.
     pub fn claim(
         &self,
         tenant: &Tenant,
         user: &str,
         target: &Target<'_>,
         token: &str,
-    ) -> Result<Parked, GatewayError> {
+    ) -> Result<Claim, GatewayError> {
         let refused = |why: &str| {
             GatewayError::InvalidParams(format!(
                 "Invalid requestState: {why}; send the request again without requestState"
@@ -145,6 +151,9 @@ impl Interactions {
         if now > state.x {
             return Err(refused("it has expired"));
         }
+        if let Some(inner) = state.p {
+            return Ok(Claim::Upstream(inner));
+        }
         let parked = self
             .parked
             .lock()
@@ -154,8 +163,39 @@ impl Interactions {
                 refused("the request it continues has ended or is held by another replica")
             })?;
         parked.stream.set_waiting(false);
-        Ok(parked)
+        Ok(Claim::Parked(Box::new(parked)))
     }
+}
+
+/// What a client's `requestState` continues.
+pub enum Claim {
+    Parked(Box<Parked>),
+    /// The upstream's own state, to send it back with the retry.
+    Upstream(String),
+}
+
+/// A stateless upstream's `requestState` wrapped for the client: bound to the user, the
+/// request and an expiry under the tenant's key, like the gateway's own.
+pub fn wrap(tenant: &Tenant, user: &str, target: &Target<'_>, inner: String) -> String {
+    let expiry = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        + PARK_FOR;
+    let state = State {
+        h: String::new(),
+        r: String::new(),
+        p: Some(inner),
+        u: tenant.cursor_key.derive(&[b"user", user.as_bytes()]),
+        m: target.method.to_owned(),
+        n: target.name.map(str::to_owned),
+        x: expiry.as_secs(),
+    };
+    seal(tenant, &state)
+}
+
+fn seal(tenant: &Tenant, state: &State) -> String {
+    let payload = serde_json::to_vec(state).unwrap_or_default();
+    tenant.cursor_key.seal(&payload)
 }
 
 /// A server-to-client request of an upstream as a question for a stateless client, if
@@ -212,9 +252,7 @@ pub async fn answer(
 
 /// Answers an upstream's question with `outcome` (a client answer or an error).
 pub async fn refuse_or_reply(session: &Arc<LiveSession>, raw_id: &str, outcome: Outcome<'_>) {
-    if let Some(route) = session.take_server_request(raw_id)
-        && let Some(conn) = route.connection.upgrade()
-    {
-        conn.respond(&route.upstream_id, outcome).await;
+    if let Some(route) = session.take_server_request(raw_id) {
+        crate::upstream::answer(route, outcome).await;
     }
 }

@@ -28,6 +28,9 @@ pub struct ServerRequestRoute {
     /// `(token the client sees, the upstream's own progressToken)` when the request asked for
     /// progress: the client's progress notifications are routed back with the original token.
     pub progress: Option<ProgressMapping>,
+    /// Set when the gateway itself asked (the retry dance in front of a stateless upstream):
+    /// the client's answer goes here, by `upstream_id`'s text, instead of to the upstream.
+    pub answer_to: Option<tokio::sync::mpsc::UnboundedSender<crate::upstream::Answer>>,
 }
 
 /// Where a forwarded client request went: the connection and the upstream-side id.

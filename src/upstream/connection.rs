@@ -2,7 +2,7 @@
 //! request ids used on that link, the table of requests awaiting an answer, and the routing of
 //! everything the upstream sends back (responses, progress, notifications, server requests).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
@@ -13,13 +13,13 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
 use super::handshake::{InitParams, UpstreamServer};
-use super::http::HttpLink;
+use super::http::{HttpLink, McpHeaders};
 use super::stdio::StdioLink;
 use super::{StreamEvent, UpstreamInfo};
 use crate::error::GatewayError;
 use crate::jsonrpc::{self, Message, Notification, Outcome, OwnedId, RawObject, Request};
-use crate::protocol::ListKind;
 use crate::protocol::rewrite::{self, ResultShape};
+use crate::protocol::{ListKind, ProtocolVersion, modern};
 use crate::session::{LiveSession, ServerRequestRoute};
 use crate::telemetry::{self, Propagation};
 
@@ -64,26 +64,34 @@ enum Pending {
     Internal(oneshot::Sender<Result<InternalReply, GatewayError>>),
 }
 
-struct ForwardSlot {
-    sink: mpsc::UnboundedSender<StreamEvent>,
-    client_id: OwnedId,
+pub(super) struct ForwardSlot {
+    pub(super) sink: mpsc::UnboundedSender<StreamEvent>,
+    pub(super) client_id: OwnedId,
     /// The client's own `progressToken`, restored on progress notifications.
     client_token: Option<Box<RawValue>>,
-    session: Weak<LiveSession>,
+    pub(super) session: Weak<LiveSession>,
     /// Where resource URIs sit in the result, when they must be namespaced.
     shape: Option<ResultShape>,
+    /// The request as the client sent it, kept when the gateway must retry it itself.
+    pub(super) retry: Option<super::retry::Original>,
 }
 
 pub struct Connection {
     pub(crate) info: Arc<UpstreamInfo>,
     next_id: AtomicU64,
     pending: DashMap<u64, Pending>,
+    /// First attempt → current attempt of requests the gateway retried (`retry.rs`), so a
+    /// cancellation naming the first reaches the one in flight.
+    aliases: DashMap<u64, u64>,
     /// Forwarded requests waiting for their client's answers (parked for a stateless
     /// client's retry): on stdio, a message without relation is not theirs.
     waiting: DashMap<u64, ()>,
     /// On a shared connection: which sessions subscribed to which upstream resource URI.
     subscriptions: std::sync::Mutex<std::collections::HashMap<String, Vec<Weak<LiveSession>>>>,
     server: RwLock<Option<Arc<UpstreamServer>>>,
+    /// The upstream speaks the stateless revision (or is being probed for it): requests carry
+    /// the revision's `_meta` and headers, and `input_required` results are handled.
+    stateless: AtomicBool,
     pub(crate) init_params: InitParams,
     pub(crate) link: Link,
     owner: Owner,
@@ -101,8 +109,10 @@ impl Connection {
             next_id: AtomicU64::new(1),
             pending: DashMap::with_shard_amount(4),
             waiting: DashMap::with_shard_amount(2),
+            aliases: DashMap::with_shard_amount(2),
             subscriptions: Default::default(),
             server: RwLock::new(None),
+            stateless: AtomicBool::new(false),
             init_params,
             link,
             owner,
@@ -197,8 +207,51 @@ impl Connection {
     }
 
     pub(crate) fn set_server(&self, server: UpstreamServer) {
+        self.stateless
+            .store(server.protocol_version.is_stateless(), Ordering::Release);
         if let Ok(mut s) = self.server.write() {
             *s = Some(Arc::new(server));
+        }
+    }
+
+    /// Whether the upstream speaks the stateless revision.
+    pub fn is_stateless(&self) -> bool {
+        self.stateless.load(Ordering::Acquire)
+    }
+
+    /// The revision the link's requests announce before (or without) a handshake: the
+    /// stateless one while probing, none after a session-based answer.
+    pub(crate) fn set_link_version(&self, version: Option<ProtocolVersion>) {
+        self.stateless
+            .store(version.is_some_and(|v| v.is_stateless()), Ordering::Release);
+        if let Link::Http(l) = &self.link {
+            l.set_protocol_version(version);
+        }
+    }
+
+    /// What a request of the stateless revision says about its client in `_meta`: the
+    /// session's client when it has one, else what the connection was opened with.
+    fn stateless_meta(&self, session: Option<&LiveSession>) -> Option<StatelessMeta> {
+        if !self.is_stateless() {
+            return None;
+        }
+        let (capabilities, client_info) = match session {
+            Some(s) => (&s.client_capabilities, &s.client_info),
+            None => (
+                &self.init_params.capabilities,
+                &self.init_params.client_info,
+            ),
+        };
+        Some(StatelessMeta {
+            capabilities: jsonrpc::raw_json(capabilities),
+            client_info: jsonrpc::raw_json(client_info),
+        })
+    }
+
+    fn mcp_headers(&self, method: &str, params: Option<&RawValue>) -> Option<McpHeaders> {
+        match &self.link {
+            Link::Http(_) if self.is_stateless() => McpHeaders::of(method, params),
+            _ => None,
         }
     }
 
@@ -225,29 +278,62 @@ impl Connection {
         session: Weak<LiveSession>,
         shape: Option<ResultShape>,
     ) -> Result<(u64, mpsc::UnboundedReceiver<StreamEvent>, tracing::Span), GatewayError> {
-        let id = self.allocate_id();
         let span = telemetry::upstream_span(&self.info.tenant, &self.info.name, method);
         let trace = telemetry::outgoing(&span);
-        let (replaced, client_token) = rewrite_meta(params, id, trace.as_ref())?;
-        let params = replaced.as_deref().or(params);
         let (tx, rx) = mpsc::unbounded_channel();
-        self.pending.insert(
-            id,
-            Pending::Forward(ForwardSlot {
-                sink: tx,
-                client_id: client_id.to_owned(),
-                client_token,
-                session,
-                shape: shape.filter(|_| self.info.uri_prefix.is_some()),
-            }),
-        );
+        // A session-based client in front of a stateless upstream: the gateway answers the
+        // upstream's `input_required` results itself (`retry.rs`), so it keeps the request.
+        let live = session.upgrade();
+        let retry = live
+            .as_ref()
+            .filter(|s| self.is_stateless() && !s.protocol_version.is_stateless())
+            .map(|_| super::retry::Original {
+                method: method.into(),
+                params: params.map(ToOwned::to_owned),
+                rounds: 0,
+                first: None,
+            });
+        let slot = ForwardSlot {
+            sink: tx,
+            client_id: client_id.to_owned(),
+            client_token: None,
+            session,
+            shape: shape.filter(|_| self.info.uri_prefix.is_some()),
+            retry,
+        };
+        let id = self
+            .send_forward(slot, method, params, live.as_deref(), trace)
+            .await
+            .inspect_err(|_| telemetry::record_error(&span, "failed"))?;
+        Ok((id, rx, span))
+    }
+
+    /// Sends a forwarded request under a new upstream id (the first attempt, or a retry of
+    /// the stateless revision) and records where its answer goes.
+    pub(super) async fn send_forward(
+        self: &Arc<Self>,
+        mut slot: ForwardSlot,
+        method: &str,
+        params: Option<&RawValue>,
+        session: Option<&LiveSession>,
+        trace: Option<Propagation>,
+    ) -> Result<u64, GatewayError> {
+        let id = self.allocate_id();
+        let stateless = self.stateless_meta(session);
+        let (replaced, client_token) =
+            rewrite_meta(params, id, trace.as_ref(), stateless.as_ref())?;
+        let params = replaced.as_deref().or(params);
+        if slot.client_token.is_none() {
+            slot.client_token = client_token;
+        }
+        let mcp = self.mcp_headers(method, params);
+        self.pending.insert(id, Pending::Forward(slot));
         let bytes = jsonrpc::request(&jsonrpc::raw_u64(id), method, params);
-        if let Err(e) = self.send_request(id, bytes, trace).await {
+        if let Err(e) = self.send_request(id, bytes, trace, mcp).await {
             self.pending.remove(&id);
-            telemetry::record_error(&span, "failed");
             return Err(e);
         }
-        Ok((id, rx, span))
+        Ok(id)
     }
 
     /// A request of the gateway's own, answered through a oneshot; cancelled upstream on timeout.
@@ -261,9 +347,11 @@ impl Connection {
         let started = std::time::Instant::now();
         let span = telemetry::upstream_span(&self.info.tenant, &self.info.name, method);
         let trace = telemetry::outgoing(&span);
-        let replaced = match &trace {
-            Some(t) => rewrite_meta(params, 0, Some(t))?.0,
-            None => None,
+        let stateless = self.stateless_meta(None);
+        let replaced = if trace.is_some() || stateless.is_some() {
+            rewrite_meta(params, 0, trace.as_ref(), stateless.as_ref())?.0
+        } else {
+            None
         };
         let params = replaced.as_deref().or(params);
         let reply = self
@@ -307,8 +395,9 @@ impl Connection {
         let id = self.allocate_id();
         let (tx, rx) = oneshot::channel();
         self.pending.insert(id, Pending::Internal(tx));
+        let mcp = self.mcp_headers(method, params);
         let bytes = jsonrpc::request(&jsonrpc::raw_u64(id), method, params);
-        if let Err(e) = self.send_request(id, bytes, trace).await {
+        if let Err(e) = self.send_request(id, bytes, trace, mcp).await {
             self.pending.remove(&id);
             return Err(e);
         }
@@ -334,11 +423,12 @@ impl Connection {
         id: u64,
         bytes: Vec<u8>,
         trace: Option<Propagation>,
+        mcp: Option<McpHeaders>,
     ) -> Result<(), GatewayError> {
         match &self.link {
             Link::Stdio(l) => l.send(&self.info.name, bytes).await,
             Link::Http(l) => {
-                l.spawn_request(self.clone(), id, Bytes::from(bytes), trace);
+                l.spawn_request(self.clone(), id, Bytes::from(bytes), trace, mcp);
                 Ok(())
             }
         }
@@ -386,8 +476,14 @@ impl Connection {
         }
     }
 
+    /// Records that the request first sent as `first` goes on as `current`.
+    pub(super) fn alias(&self, first: u64, current: u64) {
+        self.aliases.insert(first, current);
+    }
+
     /// Stops waiting for `id` and tells the upstream with `notifications/cancelled`.
     pub fn cancel(self: &Arc<Self>, id: u64, reason: &str) {
+        let id = self.aliases.remove(&id).map_or(id, |(_, current)| current);
         self.waiting.remove(&id);
         if self.pending.remove(&id).is_none() {
             return;
@@ -458,7 +554,17 @@ impl Connection {
                     return;
                 };
                 match self.pending.remove(&id) {
+                    Some((_, Pending::Forward(slot)))
+                        if slot.retry.is_some()
+                            && let Outcome::Result(result) = r.outcome
+                            && super::retry::is_input_required(result) =>
+                    {
+                        super::retry::spawn(self.clone(), id, slot, result.to_owned());
+                    }
                     Some((_, Pending::Forward(slot))) => {
+                        if let Some(first) = slot.retry.as_ref().and_then(|r| r.first) {
+                            self.aliases.remove(&first);
+                        }
                         let rewritten = match (slot.shape, r.outcome, &self.info.uri_prefix) {
                             (Some(shape), Outcome::Result(result), Some(prefix)) => {
                                 rewrite::prefix_result_uris(result, shape, prefix)
@@ -668,6 +774,7 @@ impl Connection {
             connection: Arc::downgrade(self),
             upstream_id: r.id.to_owned(),
             progress,
+            answer_to: None,
         });
         let params = params.as_deref().or(r.params);
         let out = Bytes::from(jsonrpc::request(&client_id, &r.method, params));
@@ -722,6 +829,12 @@ fn deliver_failure(pending: Pending, err: GatewayError) {
     }
 }
 
+/// The client's identity a request of the stateless revision carries in `_meta`.
+struct StatelessMeta {
+    capabilities: Box<RawValue>,
+    client_info: Box<RawValue>,
+}
+
 /// Parses an id the gateway issued on an upstream link (a plain non-negative integer).
 fn our_id(raw: &RawValue) -> Option<u64> {
     raw.get().parse().ok()
@@ -736,9 +849,10 @@ fn rewrite_meta(
     params: Option<&RawValue>,
     id: u64,
     trace: Option<&Propagation>,
+    stateless: Option<&StatelessMeta>,
 ) -> Result<(Option<Box<RawValue>>, Option<Box<RawValue>>), GatewayError> {
     let may_have_token = params.is_some_and(|p| p.get().contains("progressToken"));
-    if !may_have_token && trace.is_none() {
+    if !may_have_token && trace.is_none() && stateless.is_none() {
         return Ok((None, None));
     }
     let parsed = match params.map(RawObject::parse) {
@@ -773,8 +887,17 @@ fn rewrite_meta(
             Some(state) => meta.set("tracestate", jsonrpc::raw_string(state)),
             None => drop(meta.remove("tracestate")),
         }
-    } else if token.is_none() {
+    } else if token.is_none() && stateless.is_none() {
         return Ok((None, None));
+    }
+    if let Some(st) = stateless {
+        // A stateless client's own `_meta` is kept; a session-based client's is supplied.
+        if meta.get(modern::meta::PROTOCOL_VERSION).is_none() {
+            let version = jsonrpc::raw_string(ProtocolVersion::V2026_07_28.as_str());
+            meta.set(modern::meta::PROTOCOL_VERSION, version);
+            meta.set(modern::meta::CLIENT_CAPABILITIES, st.capabilities.clone());
+            meta.set(modern::meta::CLIENT_INFO, st.client_info.clone());
+        }
     }
     let meta = meta.to_raw();
     let mut obj = match params {
@@ -796,7 +919,7 @@ mod tests {
             r#"{"name":"x","_meta":{"progressToken":"tok-1","other":true},"arguments":{}}"#.into(),
         )
         .unwrap();
-        let (new, token) = rewrite_meta(Some(&p), 42, None).unwrap();
+        let (new, token) = rewrite_meta(Some(&p), 42, None, None).unwrap();
         assert_eq!(token.unwrap().get(), r#""tok-1""#);
         assert_eq!(
             new.unwrap().get(),
@@ -807,7 +930,7 @@ mod tests {
     #[test]
     fn params_without_token_pass_unchanged() {
         let p = RawValue::from_string(r#"{"name":"progressToken"}"#.into()).unwrap();
-        let (new, token) = rewrite_meta(Some(&p), 1, None).unwrap();
+        let (new, token) = rewrite_meta(Some(&p), 1, None, None).unwrap();
         assert!(token.is_none());
         assert!(new.is_none(), "nothing to rewrite, nothing copied");
     }
@@ -815,7 +938,7 @@ mod tests {
     #[test]
     fn invalid_tokens_are_rejected() {
         let p = RawValue::from_string(r#"{"_meta":{"progressToken":1.5}}"#.into()).unwrap();
-        assert!(rewrite_meta(Some(&p), 1, None).is_err());
+        assert!(rewrite_meta(Some(&p), 1, None, None).is_err());
     }
 
     fn trace() -> Propagation {
@@ -832,7 +955,7 @@ mod tests {
                 .into(),
         )
         .unwrap();
-        let (new, token) = rewrite_meta(Some(&p), 3, Some(&trace())).unwrap();
+        let (new, token) = rewrite_meta(Some(&p), 3, Some(&trace()), None).unwrap();
         assert_eq!(token.unwrap().get(), "7");
         assert_eq!(
             new.unwrap().get(),
@@ -842,7 +965,7 @@ mod tests {
 
     #[test]
     fn trace_context_creates_meta_and_params_when_absent() {
-        let (new, token) = rewrite_meta(None, 1, Some(&trace())).unwrap();
+        let (new, token) = rewrite_meta(None, 1, Some(&trace()), None).unwrap();
         assert!(token.is_none());
         let new = new.unwrap();
         let v: serde_json::Value = serde_json::from_str(new.get()).unwrap();
@@ -853,7 +976,7 @@ mod tests {
             tracestate: None,
             ..trace()
         };
-        let new = rewrite_meta(Some(&p), 1, Some(&only_parent))
+        let new = rewrite_meta(Some(&p), 1, Some(&only_parent), None)
             .unwrap()
             .0
             .unwrap();
@@ -866,7 +989,7 @@ mod tests {
     #[test]
     fn malformed_meta_is_left_alone_when_only_tracing() {
         let p = RawValue::from_string(r#"{"_meta":5}"#.into()).unwrap();
-        let (new, _) = rewrite_meta(Some(&p), 1, Some(&trace())).unwrap();
+        let (new, _) = rewrite_meta(Some(&p), 1, Some(&trace()), None).unwrap();
         assert!(new.is_none());
     }
 }

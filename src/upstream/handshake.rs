@@ -1,6 +1,7 @@
 //! The `initialize` handshake the gateway performs, as a client, with each upstream.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -9,7 +10,7 @@ use serde_json::value::RawValue;
 
 use super::connection::{Connection, InternalReply};
 use crate::error::GatewayError;
-use crate::protocol::ProtocolVersion;
+use crate::protocol::{ProtocolVersion, modern};
 
 /// What the gateway sends in `initialize`. For per-session connections these are the client's
 /// own values, so the upstream offers what the real client can handle.
@@ -53,6 +54,120 @@ struct InitializeResult {
     server_info: Value,
     #[serde(default)]
     instructions: Option<String>,
+}
+
+/// What the gateway learned of an upstream's revision, shared by all its connections: a
+/// server that answered the probe in a session-based way is not probed again (0: unknown).
+#[derive(Debug, Default)]
+pub struct Era(AtomicU8);
+
+const SESSION_BASED: u8 = 1;
+const STATELESS: u8 = 2;
+
+impl Era {
+    /// Whether the last probe found the stateless revision.
+    pub fn is_stateless(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == STATELESS
+    }
+
+    fn set(&self, v: u8) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+}
+
+/// Longest wait for the answer to the `server/discover` probe.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Opens the MCP conversation on a fresh link: `server/discover` first (a server of the
+/// stateless revision needs no handshake), `initialize` when the upstream is session-based.
+pub async fn connect(
+    conn: &Arc<Connection>,
+    params: &InitParams,
+    timeout: Duration,
+) -> Result<UpstreamServer, GatewayError> {
+    let era = &conn.info.era;
+    if era.0.load(Ordering::Relaxed) != SESSION_BASED {
+        match discover(conn, params, timeout.min(PROBE_TIMEOUT)).await? {
+            Some(server) => {
+                era.set(STATELESS);
+                return Ok(server);
+            }
+            None => era.set(SESSION_BASED),
+        }
+    }
+    initialize(conn, params, timeout).await
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DiscoverResult {
+    #[serde(default)]
+    supported_versions: Vec<String>,
+    #[serde(default)]
+    capabilities: Value,
+    #[serde(default)]
+    server_info: Option<Value>,
+    #[serde(default, rename = "_meta")]
+    meta: Option<serde_json::Map<String, Value>>,
+    #[serde(default)]
+    instructions: Option<String>,
+}
+
+/// The probe: `Some` when the upstream speaks the stateless revision, `None` when it answered
+/// like a session-based server (an error, a result without that revision, an HTTP client
+/// error, or silence). A link that is down is an error.
+async fn discover(
+    conn: &Arc<Connection>,
+    params: &InitParams,
+    timeout: Duration,
+) -> Result<Option<UpstreamServer>, GatewayError> {
+    let stateless = ProtocolVersion::V2026_07_28;
+    let body = serde_json::json!({ "_meta": {
+        modern::meta::PROTOCOL_VERSION: stateless.as_str(),
+        modern::meta::CLIENT_CAPABILITIES: params.capabilities,
+        modern::meta::CLIENT_INFO: params.client_info,
+    }});
+    let raw = RawValue::from_string(body.to_string()).map_err(|_| GatewayError::Internal)?;
+    conn.set_link_version(Some(stateless));
+    let reply = conn
+        .call_during_handshake("server/discover", &raw, timeout)
+        .await;
+    let result = match reply {
+        Ok(InternalReply::Result(r)) => r,
+        Ok(InternalReply::Error(_)) | Err(GatewayError::UpstreamTimeout { .. }) => {
+            conn.set_link_version(None);
+            return Ok(None);
+        }
+        Err(GatewayError::UpstreamUnavailable { reason, .. })
+            if reason.starts_with(super::http::CLIENT_ERROR_STATUS) =>
+        {
+            conn.set_link_version(None);
+            return Ok(None);
+        }
+        Err(e) => {
+            conn.set_link_version(None);
+            return Err(e);
+        }
+    };
+    let found: Option<DiscoverResult> = serde_json::from_str(result.get()).ok();
+    let Some(found) =
+        found.filter(|d| d.supported_versions.iter().any(|v| v == stateless.as_str()))
+    else {
+        conn.set_link_version(None);
+        return Ok(None);
+    };
+    let server_info = found
+        .meta
+        .as_ref()
+        .and_then(|m| m.get(modern::meta::SERVER_INFO).cloned())
+        .or(found.server_info)
+        .unwrap_or(Value::Null);
+    Ok(Some(UpstreamServer {
+        protocol_version: stateless,
+        capabilities: found.capabilities,
+        server_info,
+        instructions: found.instructions,
+    }))
 }
 
 /// Runs `initialize` + `notifications/initialized` on a link that is up but not yet ready.

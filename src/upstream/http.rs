@@ -20,6 +20,41 @@ use crate::protocol::{ProtocolVersion, header};
 use crate::session::UpstreamSessionRecord;
 use crate::telemetry::Propagation;
 
+/// How an HTTP error status is worded; [`CLIENT_ERROR_STATUS`] starts the 4xx ones.
+const ANSWERED_HTTP: &str = "it answered HTTP ";
+pub(super) const CLIENT_ERROR_STATUS: &str = "it answered HTTP 4";
+
+/// The headers a request of the stateless revision mirrors from its body: `Mcp-Method`, and
+/// `Mcp-Name` for the methods that target a name or URI.
+pub struct McpHeaders {
+    method: HeaderValue,
+    name: Option<HeaderValue>,
+}
+
+impl McpHeaders {
+    pub fn of(method: &str, params: Option<&serde_json::value::RawValue>) -> Option<McpHeaders> {
+        let field = match method {
+            "tools/call" | "prompts/get" => Some("name"),
+            "resources/read" => Some("uri"),
+            _ => None,
+        };
+        let name = field
+            .and_then(|f| {
+                crate::jsonrpc::RawObject::parse(params?)
+                    .ok()?
+                    .get_str(f)
+                    .map(|v| v.into_owned())
+            })
+            .and_then(|v| {
+                HeaderValue::from_str(&crate::protocol::modern::encode_header_value(&v)).ok()
+            });
+        Some(McpHeaders {
+            method: HeaderValue::from_str(method).ok()?,
+            name,
+        })
+    }
+}
+
 /// The `Accept` header of every POST, as the transport requires.
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 /// Upper bound on waiting for an upstream's answer to a DELETE at shutdown.
@@ -81,8 +116,8 @@ impl HttpLink {
     pub async fn open(conn: &Arc<Connection>) -> Result<(), GatewayError> {
         let link = http_link(conn);
         let params = conn.init_params.clone();
-        let server = handshake::initialize(conn, &params, link.init_timeout).await?;
-        link.set_protocol_version(server.protocol_version.as_str());
+        let server = handshake::connect(conn, &params, link.init_timeout).await?;
+        link.set_protocol_version(Some(server.protocol_version));
         conn.set_server(server);
         link.generation.fetch_add(1, Ordering::AcqRel);
         Ok(())
@@ -101,7 +136,7 @@ impl HttpLink {
         if let Ok(mut s) = link.session_id.lock() {
             *s = Some(id);
         }
-        link.set_protocol_version(version.as_str());
+        link.set_protocol_version(Some(version));
         conn.set_server(handshake::UpstreamServer {
             protocol_version: version,
             capabilities: record.capabilities.clone(),
@@ -112,9 +147,10 @@ impl HttpLink {
         Ok(())
     }
 
-    fn set_protocol_version(&self, v: &'static str) {
+    /// The `MCP-Protocol-Version` header of the next requests (none before a handshake).
+    pub(super) fn set_protocol_version(&self, v: Option<ProtocolVersion>) {
         if let Ok(mut p) = self.protocol_version.lock() {
-            *p = Some(HeaderValue::from_static(v));
+            *p = v.map(|v| HeaderValue::from_static(v.as_str()));
         }
     }
 
@@ -148,10 +184,17 @@ impl HttpLink {
         body: Bytes,
         upstream: &str,
         trace: Option<&Propagation>,
+        mcp: Option<&McpHeaders>,
     ) -> Result<(Response, bool), GatewayError> {
         let mut headers = self.base_headers(ACCEPT_BOTH).await?;
         let had_session = headers.contains_key(header::SESSION_ID);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(m) = mcp {
+            headers.insert(HeaderName::from_static(header::METHOD), m.method.clone());
+            if let Some(n) = &m.name {
+                headers.insert(HeaderName::from_static(header::NAME), n.clone());
+            }
+        }
         if let Some(t) = trace {
             // W3C Trace Context headers, for HTTP-level tracing in front of the upstream.
             if let Ok(v) = HeaderValue::from_str(&t.traceparent) {
@@ -178,11 +221,12 @@ impl HttpLink {
         id: u64,
         body: Bytes,
         trace: Option<Propagation>,
+        mcp: Option<McpHeaders>,
     ) {
         tokio::spawn(async move {
             let link = http_link(&conn);
             // The whole exchange, the answer's stream included, is bounded.
-            let exchange = link.exchange(&conn, id, body, trace.as_ref());
+            let exchange = link.exchange(&conn, id, body, trace.as_ref(), mcp.as_ref());
             let failed = match tokio::time::timeout(link.exchange_timeout, exchange).await {
                 Ok(r) => r.err(),
                 Err(_) => Some(closed(
@@ -202,13 +246,14 @@ impl HttpLink {
         id: u64,
         body: Bytes,
         trace: Option<&Propagation>,
+        mcp: Option<&McpHeaders>,
     ) -> Result<(), GatewayError> {
         let upstream = conn.upstream_name();
         let mut retried = false;
         let mut token_renewed = false;
         loop {
             let generation = self.generation.load(Ordering::Acquire);
-            let (resp, had_session) = self.post(body.clone(), upstream, trace).await?;
+            let (resp, had_session) = self.post(body.clone(), upstream, trace, mcp).await?;
             let status = resp.status();
             if status.is_success() && status != StatusCode::ACCEPTED {
                 return self.consume(conn, id, resp).await;
@@ -292,7 +337,7 @@ impl HttpLink {
         let upstream = conn.upstream_name();
         let (resp, _) = match tokio::time::timeout(
             self.exchange_timeout,
-            self.post(body, upstream, None),
+            self.post(body, upstream, None, None),
         )
         .await
         {
@@ -321,7 +366,7 @@ impl HttpLink {
                     status.as_u16()
                 ),
             ),
-            _ => unavailable(upstream, format!("it answered HTTP {}", status.as_u16())),
+            _ => unavailable(upstream, format!("{ANSWERED_HTTP}{}", status.as_u16())),
         }
     }
 

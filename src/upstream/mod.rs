@@ -8,6 +8,7 @@ mod credentials;
 mod handshake;
 mod http;
 mod http_client;
+mod retry;
 pub mod sse;
 mod stdio;
 mod stream;
@@ -20,8 +21,29 @@ use bytes::Bytes;
 pub use catalog::{Catalog, Page, PageKey};
 pub use connection::{Connection, Ending, InternalReply, Link, Owner};
 pub use handshake::{InitParams, UpstreamServer, error_message};
+pub use retry::Answer;
 pub use stdio::LinkState;
 pub use stream::{ForwardStream, StreamItem};
+
+/// Delivers the client's answer to a server-to-client request to whoever asked: the
+/// upstream, or the gateway's own retry dance (`retry.rs`).
+pub async fn answer(
+    route: crate::session::ServerRequestRoute,
+    outcome: crate::jsonrpc::Outcome<'_>,
+) {
+    if let Some(tx) = &route.answer_to {
+        let reply = match outcome {
+            crate::jsonrpc::Outcome::Result(r) => InternalReply::Result(r.to_owned()),
+            crate::jsonrpc::Outcome::Error(e) => InternalReply::Error(e.to_owned()),
+        };
+        let key = serde_json::from_str::<String>(route.upstream_id.get()).unwrap_or_default();
+        let _ = tx.send((key.into(), reply));
+        return;
+    }
+    if let Some(conn) = route.connection.upgrade() {
+        conn.respond(&route.upstream_id, outcome).await;
+    }
+}
 
 use crate::config::{Limits, StdioSharing, UpstreamConfig, UpstreamTransport};
 use crate::error::GatewayError;
@@ -51,6 +73,8 @@ pub struct UpstreamInfo {
     pub uri_prefix: Option<Box<str>>,
     /// Cached list pages, shared by every connection to this upstream.
     pub catalog: Catalog,
+    /// Whether it answered the `server/discover` probe (`handshake::connect`).
+    pub era: handshake::Era,
 }
 
 /// The identity of one built `Upstream`: unique in the process, never reused.
@@ -127,6 +151,7 @@ impl Upstream {
                 .then(|| format!("{}{}", config.name, naming.separator).into()),
             uri_prefix: naming.prefixed.then(|| format!("{}+", config.name).into()),
             catalog: Catalog::default(),
+            era: handshake::Era::default(),
         });
         let kind = match &config.transport {
             UpstreamTransport::Stdio(s) if s.sharing == StdioSharing::Shared => {

@@ -295,7 +295,7 @@ async fn run_once(
     let handshake = async {
         let c = conn.upgrade().ok_or_else(|| closed(name))?;
         let params = c.init_params.clone();
-        handshake::initialize(&c, &params, init_timeout).await
+        handshake::connect(&c, &params, init_timeout).await
     };
     let outcome = tokio::select! {
         r = handshake => Ok(r),

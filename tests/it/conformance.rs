@@ -1,6 +1,6 @@
 //! The official MCP conformance suite (server scenarios) against the gateway fronting the
 //! project's fixture upstream with prefix mode `never`, as a per-session stdio child and as a
-//! Streamable HTTP upstream. Known failures are listed, with their owner, in
+//! Streamable HTTP upstream, session-based and (for the 2026-07-28 runs) stateless. Known failures are listed, with their owner, in
 //! `tests/conformance/baseline-*.yaml`; the suite also fails on stale entries.
 
 use std::process::Stdio;
@@ -14,12 +14,12 @@ use crate::support::gateway::TestGateway;
 use crate::support::peers::{HttpPeer, free_port, node, peers_dir, repo};
 use switchyard::config::{PrefixMode, StdioSharing, UpstreamConfig, UpstreamTransport};
 
-/// The fixture as a per-session stdio upstream (so each session's capabilities reach it).
-fn fixture_stdio() -> UpstreamConfig {
-    let mut s = stdio(
-        gateway_exe().display().to_string(),
-        &["demo-server", "--stdio", "--conformance"],
-    );
+/// The fixture as a per-session stdio upstream (so each session's capabilities reach it);
+/// `extra` adds `--stateless` for a fixture that speaks 2026-07-28 too.
+fn fixture_stdio(extra: &[&str]) -> UpstreamConfig {
+    let mut args = vec!["demo-server", "--stdio", "--conformance"];
+    args.extend_from_slice(extra);
+    let mut s = stdio(gateway_exe().display().to_string(), &args);
     s.sharing = StdioSharing::PerSession;
     fixture(UpstreamTransport::Stdio(s))
 }
@@ -70,7 +70,7 @@ async fn run_suite(package: &str, url: &str, extra: &[&str], baseline: &str) {
 
 #[tokio::test]
 async fn conformance_suites_through_the_gateway_to_a_stdio_fixture() {
-    let gw = gateway_for(fixture_stdio()).await;
+    let gw = gateway_for(fixture_stdio(&[])).await;
     let url = gw.url("conformance");
     run_suite("conformance-stable", &url, &[], "baseline-0.1.16.yaml").await;
     run_suite(
@@ -80,16 +80,47 @@ async fn conformance_suites_through_the_gateway_to_a_stdio_fixture() {
         "baseline-0.2.0.yaml",
     )
     .await;
-    // The stateless revision: every request stands alone, the gateway bridges the fixture's
-    // session-based answers (questions become input_required results).
+    // The stateless revision in front of a session-based upstream: every request stands
+    // alone, the gateway bridges the fixture's answers (questions become input_required
+    // results).
     run_suite(
         "conformance-next",
         &url,
+        &["--requirements", "2026-07-28"],
+        "baseline-0.2.0-2026-bridged.yaml",
+    )
+    .await;
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn conformance_2026_through_the_gateway_to_a_stateless_stdio_fixture() {
+    // The fixture speaks 2026-07-28 too: the gateway finds it with server/discover and passes
+    // its input_required results through (their requestState wrapped, bound to the user).
+    let gw = gateway_for(fixture_stdio(&["--stateless"])).await;
+    run_suite(
+        "conformance-next",
+        &gw.url("conformance"),
         &["--requirements", "2026-07-28"],
         "baseline-0.2.0-2026.yaml",
     )
     .await;
     gw.stop().await;
+}
+
+#[tokio::test]
+async fn conformance_2026_through_the_gateway_to_a_stateless_http_fixture() {
+    let peer = HttpPeer::demo(free_port(), &["--conformance", "--stateless"]).await;
+    let gw = gateway_for(fixture(http(&peer.url()))).await;
+    run_suite(
+        "conformance-next",
+        &gw.url("conformance"),
+        &["--requirements", "2026-07-28"],
+        "baseline-0.2.0-2026.yaml",
+    )
+    .await;
+    gw.stop().await;
+    peer.kill().await;
 }
 
 #[tokio::test]

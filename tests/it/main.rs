@@ -19,6 +19,7 @@ mod rolling;
 mod sdk_clients;
 mod session_store;
 mod stateless;
+mod stateless_upstream;
 mod telemetry;
 mod three_upstreams;
 mod tls;

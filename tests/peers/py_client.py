@@ -18,7 +18,7 @@ message on stderr on failure (stdout then carries {"sdk":..., "error": "..."}).
          same tool from several upstreams as `<upstream>__<tool>`). Tools are
          otherwise selected by name suffix, and exactly one must match.
 
-Scenarios: see SCENARIOS at the bottom (currently: everything, roundtrips, paging, steady,
+Scenarios: see SCENARIOS at the bottom (currently: everything, multiround, roundtrips, paging, steady,
 reload)
 and tests/peers/README.md.
 """
@@ -261,8 +261,29 @@ async def scenario_reload(client: Client, args: argparse.Namespace, out: dict[st
     del out["_list_changed"]
 
 
+def multiround_callbacks(out: dict[str, Any]) -> dict[str, Any]:
+    """Client kwargs for the `multiround` scenario: answers every form field it knows."""
+    answers = {"name": f"Ada {LABEL}", "color": "blue", "ok": True, "context": "tests"}
+
+    async def on_elicitation(ctx: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        log(f"elicitation/create: {params.message!r}")
+        out.setdefault("elicitationMessages", []).append(params.message)
+        fields = (params.requested_schema or {}).get("properties", {})
+        return types.ElicitResult(action="accept", content={k: answers[k] for k in fields if k in answers})
+
+    return {"elicitation_callback": on_elicitation}
+
+
+async def scenario_multiround(client: Client, args: argparse.Namespace, out: dict[str, Any]) -> None:
+    """The conformance fixture's multi round-trip tools (served with `--stateless`): one
+    question, then two rounds carrying the upstream's requestState."""
+    for tool in ("test_input_required_result_elicitation", "test_input_required_result_multi_round"):
+        out[tool] = all_text_of(await client.call_tool(tool, {}), tool)
+
+
 SCENARIOS: dict[str, Callable[[Client, argparse.Namespace, dict[str, Any]], Awaitable[None]]] = {
     "everything": scenario_everything,
+    "multiround": scenario_multiround,
     "roundtrips": scenario_roundtrips,
     "paging": scenario_paging,
     "steady": scenario_steady,
@@ -272,6 +293,7 @@ SCENARIOS: dict[str, Callable[[Client, argparse.Namespace, dict[str, Any]], Awai
 # Extra Client(...) kwargs (handlers, hence declared capabilities) per scenario.
 CLIENT_KWARGS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "roundtrips": roundtrip_callbacks,
+    "multiround": multiround_callbacks,
     "reload": reload_callbacks,
 }
 

@@ -93,6 +93,15 @@ impl HttpPeer {
         Self::spawn(cmd, port).await
     }
 
+    /// `tests/peers/py_server.py`: a server of the official Python SDK 2.x, speaking
+    /// 2026-07-28.
+    pub async fn python_server(port: u16) -> HttpPeer {
+        let mut cmd = Command::new(python());
+        cmd.arg(repo().join("tests/peers/py_server.py"))
+            .args(["--port", &port.to_string()]);
+        Self::spawn(cmd, port).await
+    }
+
     /// The project's demo server over HTTP (as a separate process).
     pub async fn demo(port: u16, extra: &[&str]) -> HttpPeer {
         let mut cmd = Command::new(super::config::gateway_exe());

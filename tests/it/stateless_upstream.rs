@@ -1,0 +1,191 @@
+//! Upstreams of the stateless revision (2026-07-28) behind the gateway: found with
+//! `server/discover`, spoken to without a handshake. Their `input_required` results pass
+//! through to stateless clients (the upstream's `requestState` wrapped by the gateway) and are
+//! turned into server-to-client requests for session-based clients (the gateway retries the
+//! request with the answers). Peers: a server of the official Python SDK 2.x, the official
+//! Python and TypeScript v2 SDK clients, and the project's fixture run with `--stateless`.
+
+use serde_json::{Value, json};
+
+use crate::support::client::{ACCEPT_BOTH, RawClient};
+use crate::support::config::{config, gateway_exe, http, stdio, tenant, upstream};
+use crate::support::gateway::TestGateway;
+use crate::support::peers::{HttpPeer, Sdk, free_port, run_client};
+use switchyard::config::{StdioSharing, UpstreamTransport};
+
+const V: &str = "2026-07-28";
+
+/// Checks a `roundtrips` report against the Python SDK server's answers.
+fn assert_roundtrips(report: &Value, label: &str, version: &str) {
+    assert_eq!(report["protocolVersion"], version, "{report}");
+    let sampling = report["sampling"].as_str().unwrap_or_default();
+    assert!(
+        sampling.contains(&format!("LLM sampling result: sampled by {label}")),
+        "{report}"
+    );
+    assert_eq!(
+        report["samplingRequest"],
+        format!("ping from {label}"),
+        "{report}"
+    );
+    let elicitation = report["elicitation"].as_str().unwrap_or_default();
+    assert!(
+        elicitation.contains(&format!("elicited name: Ada {label}")),
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn sdk_clients_of_every_era_reach_a_python_sdk_2026_upstream() {
+    let peer = HttpPeer::python_server(free_port()).await;
+    let gw = TestGateway::start(config(vec![tenant(
+        "py",
+        vec![upstream("py", http(&peer.url()))],
+    )]))
+    .await;
+    let url = gw.url("py");
+    // Stateless clients: the upstream's input requests pass through (auto discovers 2026).
+    for mode in ["auto", V] {
+        let report = run_client(Sdk::Python, &url, "roundtrips", &["--mode", mode]).await;
+        assert_roundtrips(&report, "python", V);
+    }
+    let report = run_client(Sdk::TsV2, &url, "roundtrips", &[]).await;
+    assert_roundtrips(&report, "ts-sdk-v2", V);
+    // Session-based clients: the gateway asks them and retries for them.
+    let report = run_client(Sdk::Python, &url, "roundtrips", &["--mode", "legacy"]).await;
+    assert_roundtrips(&report, "python", "2025-11-25");
+    let report = run_client(Sdk::TsV1, &url, "roundtrips", &[]).await;
+    assert_roundtrips(&report, "ts-sdk-v1", "2025-11-25");
+    gw.stop().await;
+    peer.kill().await;
+}
+
+fn meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": V,
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+    })
+}
+
+async fn call(c: &RawClient, id: u64, params: Value) -> Value {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+    let name = params["name"].as_str().unwrap_or_default().to_owned();
+    let r = c
+        .post_raw(
+            body.to_string(),
+            &[
+                ("content-type", "application/json"),
+                ("accept", ACCEPT_BOTH),
+                ("mcp-protocol-version", V),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", &name),
+            ],
+        )
+        .await;
+    r.last().clone()
+}
+
+#[tokio::test]
+async fn an_upstream_request_state_reaches_the_client_wrapped_and_bound() {
+    let peer = HttpPeer::python_server(free_port()).await;
+    let gw = TestGateway::start(config(vec![tenant(
+        "py",
+        vec![upstream("py", http(&peer.url()))],
+    )]))
+    .await;
+    let c = RawClient::new(gw.url("py"));
+    let tool = "trigger-elicitation-request";
+    let first = call(
+        &c,
+        1,
+        json!({"name": tool, "arguments": {}, "_meta": meta()}),
+    )
+    .await;
+    let result = &first["result"];
+    assert_eq!(result["resultType"], "input_required", "{first}");
+    let (key, request) = result["inputRequests"]
+        .as_object()
+        .and_then(|m| m.iter().next())
+        .expect("one input request");
+    assert_eq!(request["method"], "elicitation/create", "{first}");
+    let state = result["requestState"].as_str().expect("a requestState");
+    // The SDK's own tokens start with its format prefix; the client sees the gateway's.
+    assert!(
+        !state.starts_with("v1."),
+        "the upstream's state leaked: {state}"
+    );
+
+    let answer = json!({ key: {"action": "accept", "content": {"name": "Zoe"}} });
+    // Altered, or sent with another request: refused by the gateway.
+    let tampered = format!("{state}x");
+    let r = call(
+        &c,
+        2,
+        json!({"name": tool, "arguments": {}, "_meta": meta(),
+               "inputResponses": answer, "requestState": tampered}),
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let r = call(
+        &c,
+        3,
+        json!({"name": "echo", "arguments": {"message": "x"}, "_meta": meta(),
+               "inputResponses": answer, "requestState": state}),
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+
+    let done = call(
+        &c,
+        4,
+        json!({"name": tool, "arguments": {}, "_meta": meta(),
+               "inputResponses": answer, "requestState": state}),
+    )
+    .await;
+    assert_eq!(done["id"], 4, "{done}");
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+    assert!(done.to_string().contains("elicited name: Zoe"), "{done}");
+    gw.stop().await;
+    peer.kill().await;
+}
+
+#[tokio::test]
+async fn a_session_based_client_goes_through_multi_round_input_of_a_stateless_stdio_upstream() {
+    let mut s = stdio(
+        gateway_exe().display().to_string(),
+        &["demo-server", "--stdio", "--conformance", "--stateless"],
+    );
+    s.sharing = StdioSharing::PerSession;
+    let gw = TestGateway::start(config(vec![tenant(
+        "fx",
+        vec![upstream("fixture", UpstreamTransport::Stdio(s))],
+    )]))
+    .await;
+    let report = run_client(
+        Sdk::Python,
+        &gw.url("fx"),
+        "multiround",
+        &["--mode", "legacy"],
+    )
+    .await;
+    assert_eq!(report["protocolVersion"], "2025-11-25", "{report}");
+    let one = report["test_input_required_result_elicitation"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(one.contains("Hello, Ada python!"), "{report}");
+    let two = report["test_input_required_result_multi_round"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(two.contains("Ada python likes blue"), "{report}");
+    assert_eq!(
+        report["elicitationMessages"],
+        json!([
+            "What is your name?",
+            "Step 1: What is your name?",
+            "Step 2: What is your favorite color?"
+        ]),
+        "{report}"
+    );
+    gw.stop().await;
+}
