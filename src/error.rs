@@ -47,10 +47,16 @@ pub enum GatewayError {
     MethodNotServed(String),
     #[error("Bad Request: Mcp-Session-Id header is required")]
     SessionRequired,
+    #[error("Bad Request: the sessionId query parameter is required")]
+    SessionParamRequired,
     #[error("Session not found")]
     SessionNotFound,
+    /// A message for a 2024-11-05 session whose `initialize` has not created it yet.
+    #[error("Bad Request: {0}")]
+    SessionNotOpened(&'static str),
+    /// The method is not served at this path; `allow` lists the ones that are.
     #[error("Method Not Allowed")]
-    MethodNotAllowed,
+    MethodNotAllowed { allow: &'static str },
     #[error("Service Unavailable: the gateway is shutting down")]
     ShuttingDown,
     #[error("Service Unavailable: the session store cannot be reached; retry shortly")]
@@ -134,8 +140,10 @@ impl GatewayError {
             MissingClientCapability { .. } => "missing_client_capability",
             MethodNotServed(_) => "method_not_found",
             SessionRequired => "session_required",
+            SessionParamRequired => "session_required",
             SessionNotFound => "session_not_found",
-            MethodNotAllowed => "method_not_allowed",
+            SessionNotOpened(_) => "not_initialized",
+            MethodNotAllowed { .. } => "method_not_allowed",
             ShuttingDown => "shutting_down",
             StoreUnavailable => "store_unavailable",
             OriginNotAllowed { .. } => "origin_not_allowed",
@@ -172,10 +180,12 @@ impl GatewayError {
             | HeaderMismatch(_)
             | MissingMeta(_)
             | MissingClientCapability { .. }
-            | SessionRequired => StatusCode::BAD_REQUEST,
+            | SessionRequired
+            | SessionParamRequired
+            | SessionNotOpened(_) => StatusCode::BAD_REQUEST,
             MethodNotServed(_) => StatusCode::NOT_FOUND,
             SessionNotFound => StatusCode::NOT_FOUND,
-            MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ShuttingDown | AuthUnavailable | StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             OriginNotAllowed { .. }
             | HostNotAllowed { .. }
@@ -214,7 +224,9 @@ impl GatewayError {
             | BatchNotSupported
             | BadHeader(_)
             | SessionRequired
-            | MethodNotAllowed
+            | SessionParamRequired
+            | SessionNotOpened(_)
+            | MethodNotAllowed { .. }
             | NotInitialized
             | AlreadyInitialized => code::INVALID_REQUEST,
             ShuttingDown | StoreUnavailable => code::CONNECTION_CLOSED,
@@ -276,8 +288,8 @@ impl GatewayError {
             HeaderValue::from_static("application/json"),
         );
         match &self {
-            GatewayError::MethodNotAllowed => {
-                headers.insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+            GatewayError::MethodNotAllowed { allow } => {
+                headers.insert(header::ALLOW, HeaderValue::from_static(allow));
             }
             GatewayError::Unauthorized {
                 www_authenticate, ..
@@ -312,7 +324,9 @@ mod tests {
             (GatewayError::BodyTooLarge { limit: 10 }, 413),
             (GatewayError::SessionRequired, 400),
             (GatewayError::SessionNotFound, 404),
-            (GatewayError::MethodNotAllowed, 405),
+            (GatewayError::MethodNotAllowed { allow: "GET" }, 405),
+            (GatewayError::SessionParamRequired, 400),
+            (GatewayError::SessionNotOpened("x"), 400),
         ];
         for (err, status) in cases {
             assert_eq!(err.status().as_u16(), status, "{err}");

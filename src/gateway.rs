@@ -410,8 +410,10 @@ impl Gateway {
         Ok(live || stored)
     }
 
-    /// Closes the live state of a session on this replica only.
+    /// Closes the live state of a session on this replica only (and its 2024-11-05 stream, if
+    /// held here).
     async fn drop_local(&self, tenant: &Tenant, key: &SessionKey, ending: Ending) -> bool {
+        tenant.directory.legacy_streams.finish(&key.id, &key.user);
         match tenant.directory.remove(&key.id) {
             Some(s) => {
                 s.close_as(ending).await;
@@ -510,11 +512,26 @@ impl Gateway {
             .get(&id)
             .filter(|s| *s.key.user == *to.user)
         else {
+            // A 2024-11-05 stream held here for a session live elsewhere (or not yet created).
+            let streams = &tenant.directory.legacy_streams;
+            match &msg {
+                BusMessage::Deliver { message, .. } => {
+                    streams.deliver(&id, &to.user, message.as_bytes());
+                }
+                BusMessage::Ended { .. } => streams.finish(&id, &to.user),
+                _ => {}
+            }
             return;
         };
         match msg {
-            BusMessage::Deliver { message, .. } => {
-                if !session.deliver_local(Bytes::from(message)) {
+            BusMessage::Deliver { message, to } => {
+                let message = Bytes::from(message);
+                if !session.deliver_local(message.clone())
+                    && !tenant
+                        .directory
+                        .legacy_streams
+                        .deliver(&id, &to.user, &message)
+                {
                     tracing::debug!(
                         "a message for a GET stream this replica no longer holds was dropped"
                     );

@@ -11,13 +11,14 @@ use crate::auth::Authenticator;
 use crate::config::{Limits, PrefixMode, TenantConfig, UpstreamConfig};
 use crate::policy::ToolPolicies;
 use crate::router::CursorKey;
-use crate::session::{LiveSession, SessionId};
+use crate::session::{LegacyStreams, LiveSession, SessionId};
 use crate::upstream::{Ending, Naming, Upstream};
 
-/// The live sessions of a tenant on this replica.
+/// The live sessions of a tenant on this replica, and the 2024-11-05 streams held here.
 #[derive(Default)]
 pub struct SessionDirectory {
     sessions: DashMap<SessionId, Arc<LiveSession>>,
+    pub legacy_streams: LegacyStreams,
 }
 
 impl SessionDirectory {
@@ -207,6 +208,7 @@ impl Tenant {
     pub async fn shutdown(&self, ending: Ending) {
         let sessions = self.directory.all();
         futures_util::future::join_all(sessions.iter().map(|s| s.close_as(ending))).await;
+        self.directory.legacy_streams.finish_all();
         futures_util::future::join_all(self.upstreams.iter().map(|u| u.shutdown())).await;
     }
 }

@@ -278,7 +278,11 @@ pub struct UpstreamConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub enum UpstreamTransport {
     Stdio(StdioConfig),
+    /// Streamable HTTP (2025-03-26 and later): `url` is the server's MCP endpoint.
     Http(HttpConfig),
+    /// HTTP with SSE (2024-11-05): `url` is the server's SSE endpoint; the server names the
+    /// endpoint messages are POSTed to (same origin) in the stream's first event.
+    Sse(HttpConfig),
 }
 
 /// A child process speaking newline-delimited JSON-RPC on stdin/stdout.
@@ -317,10 +321,10 @@ pub struct RestartPolicy {
     pub max_backoff: Duration,
 }
 
-/// A remote Streamable HTTP MCP server.
+/// A remote MCP server over HTTP (Streamable HTTP, or HTTP with SSE).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HttpConfig {
-    /// `http` or `https` URL of the upstream's MCP endpoint.
+    /// `http` or `https` URL of the upstream's MCP endpoint (its SSE endpoint for `sse`).
     pub url: String,
     /// Static headers sent on every upstream request (the gateway's own credentials).
     pub headers: Vec<(String, Secret)>,

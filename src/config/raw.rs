@@ -118,6 +118,9 @@ pub struct RawUpstream {
     pub name: Field<String>,
     pub stdio: Field<RawStdio>,
     pub http: Field<RawHttp>,
+    /// The 2024-11-05 HTTP+SSE transport: the same settings as `http`, `url` naming the
+    /// server's SSE endpoint.
+    pub sse: Field<RawHttp>,
     pub timeout: Field<Dur>,
     pub max_timeout: Field<Dur>,
     pub init_timeout: Field<Dur>,

@@ -77,7 +77,7 @@ fn http_upstream(http: &str) -> String {
 fn http_config(config: &Config) -> &HttpConfig {
     match &config.tenants[0].upstreams[0].transport {
         UpstreamTransport::Http(http) => http,
-        UpstreamTransport::Stdio(_) => panic!("http"),
+        UpstreamTransport::Stdio(_) | UpstreamTransport::Sse(_) => panic!("http"),
     }
 }
 

@@ -66,7 +66,7 @@ fn golden_every_error_at_once() {
             "test.yaml:15:16: tenants[0].upstreams[2].http.url: the URL scheme must be http or https, not \"ftp\"",
             "test.yaml:17:28: tenants[0].upstreams[2].http.headers.Authorization: environment variable SEARCH_TOKEN is not set (use ${SEARCH_TOKEN:-default} for a default)",
             "test.yaml:19:11: tenants[1].path: duplicate tenant path \"/t/acme/mcp\" (first defined at line 3, as the default path of tenant \"acme\")",
-            "test.yaml:21:9: tenants[1].upstreams[0]: set exactly one of `stdio` or `http`, not both",
+            "test.yaml:21:9: tenants[1].upstreams[0]: set exactly one of `stdio`, `http` or `sse`, not `stdio` and `http`",
             "test.yaml:26:9: tenants[1].upstreams[0]: duplicate key `name` (first defined at line 21)",
         ]
     );
@@ -249,7 +249,7 @@ tenants:
 "#);
     let stdio = |i: usize| match &config.tenants[0].upstreams[i].transport {
         UpstreamTransport::Stdio(stdio) => stdio.clone(),
-        UpstreamTransport::Http(_) => panic!("stdio"),
+        UpstreamTransport::Http(_) | UpstreamTransport::Sse(_) => panic!("stdio"),
     };
     assert_eq!(stdio(1).command, "npx");
     assert_eq!(stdio(1).args, ["-y", "server"]);

@@ -1,5 +1,6 @@
-//! Raw → validated HTTP upstream: URL, static `headers`, `header_files` (values read from
-//! files at run time) and `oauth2` client credentials, with the conflicts between them.
+//! Raw → validated HTTP upstream (`http:` and `sse:` alike): URL, static `headers`,
+//! `header_files` (values read from files at run time) and `oauth2` client credentials, with
+//! the conflicts between them.
 
 use std::path::PathBuf;
 

@@ -45,7 +45,7 @@ fn transports() {
             "{name: c, http: {}}"
         ])),
         vec![
-            "t.yaml:4:9: tenants[0].upstreams[0]: missing transport: set either `stdio` (a local command) or `http` (a remote URL)",
+            "t.yaml:4:9: tenants[0].upstreams[0]: missing transport: set one of `stdio` (a local command), `http` (a Streamable HTTP URL) or `sse` (the SSE URL of an HTTP+SSE server, protocol 2024-11-05)",
             "t.yaml:5:26: tenants[0].upstreams[1].stdio: missing required field `command`",
             "t.yaml:6:25: tenants[0].upstreams[2].http: missing required field `url`",
         ]
@@ -73,6 +73,43 @@ fn http_urls_and_headers() {
             "t.yaml:7:55: tenants[0].upstreams[3].http.headers.Content-Type: header \"Content-Type\" is set by the gateway itself and cannot be configured",
             "t.yaml:7:82: tenants[0].upstreams[3].http.headers.X-KEY: duplicate header \"X-KEY\" (first defined at line 7; header names are case-insensitive)",
             "t.yaml:7:92: tenants[0].upstreams[3].http.headers[\"bad name\"]: invalid header name \"bad name\": use letters, digits and !#$%&'*+-.^_`|~ only",
+        ]
+    );
+}
+
+#[test]
+fn sse_upstreams() {
+    let config = ok(&upstreams(&[
+        "{name: legacy, sse: {url: \"http://127.0.0.1:3001/sse\", headers: {X-Key: \"${API_TOKEN}\"}}}",
+    ]));
+    let UpstreamTransport::Sse(sse) = &config.tenants[0].upstreams[0].transport else {
+        panic!("sse")
+    };
+    assert_eq!(sse.url, "http://127.0.0.1:3001/sse");
+    assert_eq!(sse.headers[0].0, "X-Key");
+    assert_eq!(sse.headers[0].1.expose(), "tok-SECRET-123");
+
+    assert_eq!(
+        errors(&upstreams(&[
+            "{name: a, sse: {}}",
+            "{name: b, sse: {url: \"ftp://host/sse\"}}",
+            "{name: c, sse: {url: \"https://u:p@host/sse\"}}",
+            "{name: d, sse: {url: /sse}}",
+            "{name: e, stdio: {command: x}, sse: {url: \"http://h/sse\"}}",
+            "{name: f, http: {url: \"http://h/mcp\"}, sse: {url: \"http://h/sse\"}}",
+            "{name: g, sse: {uri: \"http://h/sse\"}}",
+            "{name: h, sse: {url: \"http://h/sse\", headers: {Mcp-Session-Id: x}}}",
+        ])),
+        vec![
+            "t.yaml:4:24: tenants[0].upstreams[0].sse: missing required field `url`",
+            "t.yaml:5:30: tenants[0].upstreams[1].sse.url: the URL scheme must be http or https, not \"ftp\"",
+            "t.yaml:6:30: tenants[0].upstreams[2].sse.url: the URL must not contain credentials (user:password@); send them with `headers` instead",
+            "t.yaml:7:30: tenants[0].upstreams[3].sse.url: the URL needs a scheme: expected e.g. https://host/mcp",
+            "t.yaml:8:9: tenants[0].upstreams[4]: set exactly one of `stdio`, `http` or `sse`, not `stdio` and `sse`",
+            "t.yaml:9:9: tenants[0].upstreams[5]: set exactly one of `stdio`, `http` or `sse`, not `http` and `sse`",
+            "t.yaml:10:24: tenants[0].upstreams[6].sse: missing required field `url`",
+            "t.yaml:10:25: tenants[0].upstreams[6].sse: unknown field `uri`, did you mean `url`? expected one of: url, headers, header_files, oauth2",
+            "t.yaml:11:56: tenants[0].upstreams[7].sse.headers.Mcp-Session-Id: header \"Mcp-Session-Id\" is set by the gateway itself and cannot be configured",
         ]
     );
 }
@@ -156,8 +193,8 @@ fn a_bad_list_item_does_not_hide_the_next_ones() {
             "{name: \"no!\", stdio: {command: x}}"
         ])),
         vec![
-            "t.yaml:4:9: tenants[0].upstreams[0]: expected a mapping with fields name, stdio, http, timeout, max_timeout, init_timeout; found a number",
-            "t.yaml:6:9: tenants[0].upstreams[2]: expected a mapping with fields name, stdio, http, timeout, max_timeout, init_timeout; found a list",
+            "t.yaml:4:9: tenants[0].upstreams[0]: expected a mapping with fields name, stdio, http, sse, timeout, max_timeout, init_timeout; found a number",
+            "t.yaml:6:9: tenants[0].upstreams[2]: expected a mapping with fields name, stdio, http, sse, timeout, max_timeout, init_timeout; found a list",
             "t.yaml:7:16: tenants[0].upstreams[3].name: invalid upstream name \"no!\": upstream names are 1 to 64 characters of A-Z, a-z, 0-9 and '-', starting with a letter (they prefix tool names and resource URI schemes)",
         ]
     );

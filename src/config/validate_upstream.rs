@@ -1,5 +1,6 @@
-//! Raw → validated upstreams of one tenant: names (unique, splittable), exactly one transport,
-//! stdio command/env/cwd/restart, timeouts (HTTP settings: `validate_http`).
+//! Raw → validated upstreams of one tenant: names (unique, splittable), exactly one transport
+//! (`stdio`, `http` or `sse`), stdio command/env/cwd/restart, timeouts (HTTP settings:
+//! `validate_http`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -65,22 +66,7 @@ fn upstream(
             .get()
             .and_then(|name| upstream_name(checker, sp, name, names, separator)),
     };
-    let transport = match (&raw.stdio, &raw.http) {
-        (Some(stdio_sp), Some(http_sp)) => {
-            checker.error(&item.loc, "set exactly one of `stdio` or `http`, not both");
-            let _ = (stdio(checker, stdio_sp), http(checker, http_sp));
-            None
-        }
-        (None, None) => {
-            checker.error(
-                &item.loc,
-                "missing transport: set either `stdio` (a local command) or `http` (a remote URL)",
-            );
-            None
-        }
-        (Some(sp), None) => stdio(checker, sp).map(UpstreamTransport::Stdio),
-        (None, Some(sp)) => http(checker, sp).map(UpstreamTransport::Http),
-    };
+    let transport = transport(checker, raw, &item.loc);
     let timeout = checker.duration(&raw.timeout, DEFAULT_TIMEOUT, POSITIVE, "timeout");
     let max_timeout = checker.duration(
         &raw.max_timeout,
@@ -105,6 +91,50 @@ fn upstream(
         max_request_timeout: max_timeout.filter(|max| Some(*max) >= timeout)?,
         init_timeout: init_timeout?,
     })
+}
+
+/// Exactly one of `stdio`, `http` and `sse`; every one given is checked.
+fn transport(checker: &mut Checker<'_>, raw: &RawUpstream, loc: &Loc) -> Option<UpstreamTransport> {
+    let given: Vec<&str> = [
+        ("stdio", raw.stdio.is_some()),
+        ("http", raw.http.is_some()),
+        ("sse", raw.sse.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(name, set)| set.then_some(name))
+    .collect();
+    let stdio = raw.stdio.as_ref().map(|sp| stdio(checker, sp));
+    let streamable = raw.http.as_ref().map(|sp| http(checker, sp));
+    let sse = raw.sse.as_ref().map(|sp| http(checker, sp));
+    match given.len() {
+        0 => {
+            checker.error(
+                loc,
+                "missing transport: set one of `stdio` (a local command), `http` (a Streamable HTTP URL) or `sse` (the SSE URL of an HTTP+SSE server, protocol 2024-11-05)",
+            );
+            None
+        }
+        1 => match (stdio, streamable, sse) {
+            (Some(s), _, _) => s.map(UpstreamTransport::Stdio),
+            (_, Some(h), _) => h.map(UpstreamTransport::Http),
+            (_, _, Some(h)) => h.map(UpstreamTransport::Sse),
+            _ => None,
+        },
+        _ => {
+            checker.error(
+                loc,
+                format!(
+                    "set exactly one of `stdio`, `http` or `sse`, not {}",
+                    given
+                        .iter()
+                        .map(|g| format!("`{g}`"))
+                        .collect::<Vec<_>>()
+                        .join(" and ")
+                ),
+            );
+            None
+        }
+    }
 }
 
 fn upstream_name(

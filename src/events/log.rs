@@ -47,6 +47,7 @@ struct State {
 pub struct StreamLog {
     pub id: StreamId,
     pub kind: StreamKind,
+    framing: Framing,
     limits: LogLimits,
     state: Mutex<State>,
     notify: Notify,
@@ -74,6 +75,15 @@ impl StreamKind {
     }
 }
 
+/// How a log frames its events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// `id:` (for `Last-Event-ID`) and `data:`.
+    Resumable,
+    /// `event: message` and `data:`, no id: the 2024-11-05 transport, which cannot resume.
+    LegacyMessage,
+}
+
 /// What a reader found after its position.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Read {
@@ -92,6 +102,7 @@ impl StreamLog {
         StreamLog {
             id,
             kind,
+            framing: Framing::Resumable,
             limits,
             state: Mutex::new(State {
                 first_seq: 1,
@@ -103,6 +114,15 @@ impl StreamLog {
             notify: Notify::new(),
             readers: AtomicUsize::new(0),
             mirror: OnceLock::new(),
+        }
+    }
+
+    /// The stream of a 2024-11-05 (HTTP+SSE) session: the session's GET stream, its events
+    /// named `message` and without ids (that transport has no resumption; never mirrored).
+    pub fn legacy(id: StreamId) -> StreamLog {
+        StreamLog {
+            framing: Framing::LegacyMessage,
+            ..StreamLog::new(id, StreamKind::Get, LogLimits::default())
         }
     }
 
@@ -132,7 +152,10 @@ impl StreamLog {
             return false;
         }
         let seq = s.next_seq;
-        let framed = frame(&EventId::new(self.id.clone(), seq), message, None);
+        let framed = match self.framing {
+            Framing::Resumable => frame(&EventId::new(self.id.clone(), seq), message, None),
+            Framing::LegacyMessage => frame_message(message),
+        };
         s.next_seq += 1;
         s.bytes += framed.len();
         // Under the lock: the mirror sees events in sequence order.
@@ -231,6 +254,21 @@ fn frame(id: &EventId, message: &[u8], retry: Option<Duration>) -> Bytes {
         buf.put_slice(format!("retry: {}\n", r.as_millis()).as_bytes());
     }
     buf.put_slice(b"data: ");
+    let start = buf.len();
+    buf.put_slice(message);
+    for b in &mut buf[start..] {
+        if *b == b'\n' || *b == b'\r' {
+            *b = b' ';
+        }
+    }
+    buf.put_slice(b"\n\n");
+    buf.freeze()
+}
+
+/// Frames one `message` event without an id (the 2024-11-05 transport).
+fn frame_message(message: &[u8]) -> Bytes {
+    let mut buf = BytesMut::with_capacity(message.len() + 24);
+    buf.put_slice(b"event: message\ndata: ");
     let start = buf.len();
     buf.put_slice(message);
     for b in &mut buf[start..] {
@@ -384,6 +422,15 @@ mod tests {
         assert_eq!(out.len(), 3);
         assert_eq!(l.read_after(&mut at, &mut out), Read::Nothing);
         assert!(l.has_issued(5) && !l.has_issued(6));
+    }
+
+    #[test]
+    fn legacy_events_are_named_message_without_ids() {
+        let l = StreamLog::legacy(StreamId::from("abcd1234-l"));
+        assert!(l.append(b"{\"a\":\n1}", false));
+        let mut out = Vec::new();
+        assert_eq!(l.read_after(&mut 0, &mut out), Read::Some);
+        assert_eq!(&out[0][..], b"event: message\ndata: {\"a\": 1}\n\n");
     }
 
     #[test]

@@ -21,13 +21,13 @@ use crate::jsonrpc::{self, Message, ParseError};
 use crate::protocol::ProtocolVersion;
 use crate::protocol::header as mcp;
 use crate::router::{self, Reply};
-use crate::session::LiveSession;
+use crate::session::{ClientTransport, LiveSession};
 use crate::telemetry;
 use crate::tenant::Tenant;
 use crate::upstream::{ForwardStream, StreamItem};
 
 /// How often an idle SSE stream gets a keep-alive comment.
-const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
+pub(super) const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
 /// The reconnection delay suggested to clients in priming events.
 const RECONNECT_AFTER: Duration = Duration::from_millis(1000);
 
@@ -53,7 +53,9 @@ pub async fn handle(
         Method::GET | Method::DELETE if stateless_headers(&parts) => {
             // The stateless revision has no GET stream and no session to end.
             label = "http/other";
-            Err(GatewayError::MethodNotAllowed)
+            Err(GatewayError::MethodNotAllowed {
+                allow: "GET, POST, DELETE",
+            })
         }
         Method::GET => {
             label = "http/get";
@@ -71,14 +73,28 @@ pub async fn handle(
         }
         _ => {
             label = "http/other";
-            Err(GatewayError::MethodNotAllowed)
+            Err(GatewayError::MethodNotAllowed {
+                allow: "GET, POST, DELETE",
+            })
         }
     };
     let resp = result.unwrap_or_else(|e| e.into_response(None));
+    record_exchange(&tenant, label, started, &span, &resp);
+    resp
+}
+
+/// Records an exchange's outcome: in its span (status, error) and in the request metrics.
+pub(super) fn record_exchange(
+    tenant: &Tenant,
+    label: &str,
+    started: std::time::Instant,
+    span: &tracing::Span,
+    resp: &Response<Body>,
+) {
     let outcome = resp.extensions().get::<ErrorLabel>().map_or("ok", |e| e.0);
     span.record("http.response.status_code", resp.status().as_u16());
     if outcome != "ok" {
-        telemetry::record_error(&span, outcome);
+        telemetry::record_error(span, outcome);
     }
     let m = crate::metrics::get();
     m.requests
@@ -87,7 +103,6 @@ pub async fn handle(
     m.request_seconds
         .with_label_values(&[&tenant.name, label])
         .observe(started.elapsed().as_secs_f64());
-    resp
 }
 
 /// Gives the request span the client's trace context (`_meta` of `params`, else headers) and,
@@ -107,7 +122,7 @@ fn stateless_headers(parts: &Parts) -> bool {
 }
 
 /// Records the (hashed) session id in the current request span.
-fn note_session(session: &LiveSession) {
+pub(super) fn note_session(session: &LiveSession) {
     tracing::Span::current().record("mcp.session.id", session.log_id.as_str());
 }
 
@@ -127,25 +142,31 @@ async fn post(
         .await
         .map_err(|_| GatewayError::BodyTooLarge { limit })?;
     let message = jsonrpc::parse(&bytes).map_err(parse_error)?;
-    let (method, params) = match &message {
+    *label = describe(span, parts, &message);
+    dispatch(gateway, tenant, principal, parts, &bytes, message)
+        .instrument(span.clone())
+        .await
+}
+
+/// Names a client message in its request span (method, id, the client's trace context);
+/// returns the metrics label of its method.
+pub(super) fn describe(span: &tracing::Span, parts: &Parts, message: &Message<'_>) -> &'static str {
+    let (method, params) = match message {
         Message::Request(r) => (Some(&*r.method), r.params),
         Message::Notification(n) => (Some(&*n.method), n.params),
         Message::Response(_) => (None, None),
     };
-    *label = method.map_or("response", crate::protocol::Method::label);
     if let Some(m) = method {
         span.record("mcp.method.name", m);
         if telemetry::enabled() {
             span.record("otel.name", m);
         }
     }
-    if let Message::Request(r) = &message {
+    if let Message::Request(r) = message {
         span.record("jsonrpc.request.id", r.id.get());
     }
     traced(span, params, parts);
-    dispatch(gateway, tenant, principal, parts, &bytes, message)
-        .instrument(span.clone())
-        .await
+    method.map_or("response", crate::protocol::Method::label)
 }
 
 /// Handles one parsed client message (inside its request span).
@@ -174,17 +195,20 @@ async fn dispatch(
             )
             .into_response(Some(req.id)));
         }
-        return Ok(match router::initialize(gateway, tenant, user, req).await {
-            Ok((session, body)) => {
-                note_session(&session);
-                let mut resp = json(body);
-                if let Ok(v) = HeaderValue::from_str(session.key.id.as_str()) {
-                    resp.headers_mut().insert(mcp::SESSION_ID, v);
+        let opening = router::Opening::StreamableHttp;
+        return Ok(
+            match router::initialize(gateway, tenant, user, req, opening).await {
+                Ok((session, body)) => {
+                    note_session(&session);
+                    let mut resp = json(body);
+                    if let Ok(v) = HeaderValue::from_str(session.key.id.as_str()) {
+                        resp.headers_mut().insert(mcp::SESSION_ID, v);
+                    }
+                    resp
                 }
-                resp
-            }
-            Err(e) => e.into_response(Some(req.id)),
-        });
+                Err(e) => e.into_response(Some(req.id)),
+            },
+        );
     }
 
     let request_id = match &message {
@@ -240,7 +264,7 @@ fn message_params<'m>(message: &'m Message<'_>) -> Option<&'m RawValue> {
     }
 }
 
-fn parse_error(e: ParseError) -> GatewayError {
+pub(super) fn parse_error(e: ParseError) -> GatewayError {
     match e {
         ParseError::NotJson(detail) => GatewayError::Parse(detail),
         ParseError::Batch => GatewayError::BatchNotSupported,
@@ -248,7 +272,8 @@ fn parse_error(e: ParseError) -> GatewayError {
     }
 }
 
-/// The session named by `Mcp-Session-Id`: 400 without the header, 404 when unknown.
+/// The session named by `Mcp-Session-Id`: 400 without the header, 404 when unknown (or
+/// opened on the 2024-11-05 transport, whose ids are valid on its message endpoint only).
 async fn session_of(
     gateway: &Gateway,
     tenant: &Tenant,
@@ -257,6 +282,9 @@ async fn session_of(
 ) -> Result<Arc<LiveSession>, GatewayError> {
     let id = headers::session_id(&parts.headers)?.ok_or(GatewayError::SessionRequired)?;
     let session = gateway.find_session(tenant, user, id).await?;
+    if session.transport != ClientTransport::StreamableHttp {
+        return Err(GatewayError::SessionNotFound);
+    }
     note_session(&session);
     Ok(session)
 }

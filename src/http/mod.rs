@@ -1,9 +1,11 @@
 //! The HTTP front: the axum router with the health endpoint, the RFC 9728 metadata of each
-//! protected tenant, and the tenant MCP endpoints behind the security front (`guard`).
+//! protected tenant, and the tenant MCP endpoints behind the security front (`guard`): the
+//! Streamable HTTP endpoint and, below it, the 2024-11-05 HTTP+SSE paths (`legacy_sse`).
 
 pub mod endpoint;
 pub mod guard;
 pub mod headers;
+pub mod legacy_sse;
 pub mod sse;
 pub mod stateless;
 
@@ -77,16 +79,22 @@ async fn readiness(State(gateway): State<Arc<Gateway>>) -> Response<Body> {
     resp
 }
 
-/// Finds the tenant whose endpoint (or protected-resource metadata) path matches, else 404.
-/// Every endpoint request passes the security front first.
+/// Finds the tenant whose endpoint (or protected-resource metadata, or 2024-11-05 stream or
+/// message) path matches, else 404. Every endpoint request passes the security front first.
 async fn dispatch(State(gateway): State<Arc<Gateway>>, req: Request) -> Response<Body> {
     let path = req.uri().path();
     if let Some(tenant) = gateway.tenant_by_metadata_path(path) {
         let (parts, _) = req.into_parts();
         return protected_resource_metadata(&tenant, &parts);
     }
-    let Some(tenant) = gateway.tenant_by_path(path) else {
-        return not_found("no MCP endpoint at this path\n");
+    let (tenant, legacy) = match gateway.tenant_by_path(path) {
+        Some(tenant) => (tenant, None),
+        None => match legacy_sse::split(path)
+            .and_then(|(base, route)| Some((gateway.tenant_by_path(base)?, Some(route))))
+        {
+            Some(found) => found,
+            None => return not_found("no MCP endpoint at this path\n"),
+        },
     };
     let (parts, body) = req.into_parts();
     let principal = match guard::admit(&gateway, &tenant, &parts).await {
@@ -99,7 +107,10 @@ async fn dispatch(State(gateway): State<Arc<Gateway>>, req: Request) -> Response
             return e.into_response(None);
         }
     };
-    endpoint::handle(gateway, tenant, principal, parts, body).await
+    match legacy {
+        None => endpoint::handle(gateway, tenant, principal, parts, body).await,
+        Some(route) => legacy_sse::handle(gateway, tenant, principal, parts, body, route).await,
+    }
 }
 
 /// RFC 9728 metadata of a tenant with `auth` (404 for tenants without).

@@ -455,7 +455,7 @@ impl Exchange {
     /// A stateless upstream's `input_required` result with its own `requestState`: the state
     /// goes to the client wrapped (bound to the user and request, any replica continues it).
     fn wrap_upstream_state(&self, body: &[u8]) -> Option<Vec<u8>> {
-        if !memchr_contains(body, b"requestState") {
+        if !contains_bytes(body, b"requestState") {
             return None;
         }
         let Ok(Message::Response(r)) = jsonrpc::parse(body) else {
@@ -479,7 +479,7 @@ impl Exchange {
 }
 
 /// Whether `needle` occurs in `haystack` (a cheap check before parsing).
-fn memchr_contains(haystack: &[u8], needle: &[u8]) -> bool {
+fn contains_bytes(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
@@ -495,7 +495,7 @@ fn status_of(body: &[u8]) -> StatusCode {
         (b"-32021", StatusCode::BAD_REQUEST),
         (b"-32022", StatusCode::BAD_REQUEST),
     ];
-    let Some(&(code, status)) = CODES.iter().find(|(c, _)| memchr_contains(body, c)) else {
+    let Some(&(code, status)) = CODES.iter().find(|(c, _)| contains_bytes(body, c)) else {
         return StatusCode::OK;
     };
     if let Ok(Message::Response(r)) = jsonrpc::parse(body)

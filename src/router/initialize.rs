@@ -10,10 +10,13 @@ use serde_json::{Map, Value};
 use super::ensure_link;
 use crate::config::FailurePolicy;
 use crate::error::GatewayError;
+use crate::events::StreamLog;
 use crate::gateway::Gateway;
 use crate::jsonrpc::{self, Request};
 use crate::protocol::{ProtocolVersion, capabilities};
-use crate::session::{LiveSession, SessionId, SessionKey, SessionStore, StoreError};
+use crate::session::{
+    ClientTransport, LiveSession, SessionId, SessionKey, SessionStore, StoreError,
+};
 use crate::tenant::Tenant;
 use crate::upstream::UpstreamServer;
 
@@ -27,12 +30,26 @@ struct InitializeParams {
     client_info: Value,
 }
 
+/// How the client reaches the session an `initialize` opens.
+pub enum Opening {
+    /// Streamable HTTP: a fresh id, returned in `Mcp-Session-Id`.
+    StreamableHttp,
+    /// HTTP with SSE (2024-11-05): the id the client's stream announced, and that stream
+    /// when this replica holds it (it becomes the session's GET stream before the upstreams
+    /// are connected, so they relay unsolicited messages from the start).
+    LegacySse {
+        id: SessionId,
+        stream: Option<Arc<StreamLog>>,
+    },
+}
+
 /// Creates a session for `user` and returns it with the `initialize` response.
 pub async fn initialize(
     gateway: &Gateway,
     tenant: &Arc<Tenant>,
     user: &str,
     req: &Request<'_>,
+    opening: Opening,
 ) -> Result<(Arc<LiveSession>, Bytes), GatewayError> {
     let params = req
         .params
@@ -49,20 +66,27 @@ pub async fn initialize(
         }
     };
     let version = ProtocolVersion::negotiate(&params.protocol_version);
+    let (id, transport, stream) = match opening {
+        Opening::StreamableHttp => (SessionId::generate(), ClientTransport::StreamableHttp, None),
+        Opening::LegacySse { id, stream } => (id, ClientTransport::LegacySse, stream),
+    };
     let key = SessionKey {
         tenant: tenant.name.clone(),
         user: user.into(),
-        id: SessionId::generate(),
+        id,
     };
-    let (session, caps, instructions) = open_session(
-        gateway,
-        tenant,
+    let session = LiveSession::new(
         key,
         version,
         client_caps,
         params.client_info,
+        gateway.bus.clone(),
     )
-    .await?;
+    .on_transport(transport);
+    if let Some(log) = stream {
+        session.use_get_stream(log);
+    }
+    let (session, caps, instructions) = open_session(gateway, tenant, Arc::new(session)).await?;
     let mut result = Map::new();
     result.insert("protocolVersion".into(), version.as_str().into());
     result.insert("capabilities".into(), caps);
@@ -91,18 +115,9 @@ pub fn server_info(tenant: &Tenant) -> Value {
 pub async fn open_session(
     gateway: &Gateway,
     tenant: &Arc<Tenant>,
-    key: SessionKey,
-    version: ProtocolVersion,
-    client_caps: Value,
-    client_info: Value,
+    session: Arc<LiveSession>,
 ) -> Result<(Arc<LiveSession>, Value, Option<String>), GatewayError> {
-    let session = Arc::new(LiveSession::new(
-        key.clone(),
-        version,
-        client_caps,
-        client_info,
-        gateway.bus.clone(),
-    ));
+    let (key, version) = (session.key.clone(), session.protocol_version);
     let connects = tenant.upstreams.iter().map(|u| ensure_link(&session, u));
     let mut servers = Vec::with_capacity(tenant.upstreams.len());
     for (upstream, result) in tenant

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 
 pub use cursor::CursorKey;
-pub use initialize::initialize;
+pub use initialize::{Opening, initialize};
 
 use crate::auth::Principal;
 use crate::cluster::{BusMessage, replica_of};

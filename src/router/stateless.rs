@@ -60,15 +60,14 @@ pub async fn session_for(
         id: SessionId::from_presented(&id).ok_or(GatewayError::Internal)?,
     };
     let client_info = json!({ "name": "switchyard", "version": env!("CARGO_PKG_VERSION") });
-    let (session, _, _) = open_session(
-        gateway,
-        tenant,
+    let session = LiveSession::new(
         key,
         ProtocolVersion::V2026_07_28,
         bridged_capabilities(),
         client_info,
-    )
-    .await?;
+        gateway.bus.clone(),
+    );
+    let (session, _, _) = open_session(gateway, tenant, Arc::new(session)).await?;
     session.mark_initialized();
     gateway.persist(&session).await;
     Ok(session)

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
-use super::{SessionKey, SessionRecord, UpstreamSessionRecord};
+use super::{ClientTransport, SessionKey, SessionRecord, UpstreamSessionRecord};
 use crate::cluster::{Bus, BusMessage};
 use crate::events::{EventLimits, SessionEvents, StreamKind, StreamLog};
 use crate::jsonrpc::{self, OwnedId, RawObject};
@@ -52,6 +52,8 @@ pub struct LiveSession {
     pub log_id: super::id::HashedId,
     /// Negotiated with the client at `initialize`.
     pub protocol_version: ProtocolVersion,
+    /// The transport the session was opened on (its id is valid there only).
+    pub transport: ClientTransport,
     pub client_capabilities: Value,
     pub client_info: Value,
     /// Hash of `client_capabilities`: sessions with equal capabilities share cached lists.
@@ -109,6 +111,7 @@ impl LiveSession {
             log_id: key.id.hashed(),
             key,
             protocol_version,
+            transport: ClientTransport::StreamableHttp,
             capabilities_fingerprint,
             client_capabilities,
             client_info,
@@ -136,6 +139,12 @@ impl LiveSession {
         }
     }
 
+    /// The session as opened on `transport` (Streamable HTTP unless said otherwise).
+    pub fn on_transport(mut self, transport: ClientTransport) -> LiveSession {
+        self.transport = transport;
+        self
+    }
+
     /// The live state of a session created elsewhere (another replica, or before a restart).
     pub fn from_record(key: SessionKey, record: SessionRecord, bus: Arc<Bus>) -> LiveSession {
         let version = ProtocolVersion::parse(&record.protocol_version)
@@ -148,6 +157,7 @@ impl LiveSession {
             bus,
         );
         s.created_at_ms = record.created_at_ms;
+        s.transport = record.transport;
         s.initialized = AtomicBool::new(record.initialized);
         s.resumable = Mutex::new(record.upstream_sessions);
         s
@@ -177,6 +187,7 @@ impl LiveSession {
             initialized: self.is_initialized(),
             upstream_sessions,
             created_at_ms: self.created_at_ms,
+            transport: self.transport,
         }
     }
 
@@ -453,6 +464,14 @@ impl LiveSession {
         }
     }
 
+    /// Whether `log` is the session's GET stream now.
+    pub fn streams_to(&self, log: &Arc<StreamLog>) -> bool {
+        self.get_stream
+            .lock()
+            .ok()
+            .is_some_and(|g| g.as_ref().is_some_and(|l| Arc::ptr_eq(l, log)))
+    }
+
     /// Whether a client is listening on the GET stream right now.
     pub fn has_get_stream(&self) -> bool {
         self.get_stream
@@ -533,8 +552,9 @@ impl LiveSession {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        if let Ok(mut g) = self.get_stream.lock() {
-            *g = None;
+        // Finished explicitly: a 2024-11-05 session's stream is not one of `events`.
+        if let Some(log) = self.get_stream.lock().ok().and_then(|mut g| g.take()) {
+            log.finish();
         }
         self.events.finish_all();
         let slots = self

@@ -150,6 +150,7 @@ mod tests {
             initialized: false,
             upstream_sessions: Default::default(),
             created_at_ms: 1,
+            transport: Default::default(),
         }
     }
 

@@ -2,12 +2,14 @@
 //! id), and the per-replica live state (`LiveSession`) that holds connections and streams.
 
 mod id;
+mod legacy;
 mod live;
 pub mod memory;
 mod record;
 mod store;
 
 pub use id::{HashedId, SessionId};
+pub use legacy::LegacyStreams;
 pub use live::{LiveSession, ServerRequestRoute};
-pub use record::{SessionRecord, UpstreamSessionRecord};
+pub use record::{ClientTransport, SessionRecord, UpstreamSessionRecord};
 pub use store::{SessionBackend, SessionKey, SessionStore, StoreError};

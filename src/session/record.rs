@@ -22,6 +22,27 @@ pub struct SessionRecord {
     pub upstream_sessions: BTreeMap<String, UpstreamSessionRecord>,
     /// Milliseconds since the Unix epoch.
     pub created_at_ms: u64,
+    /// How the client reaches the session (absent in records of Streamable HTTP sessions).
+    #[serde(default, skip_serializing_if = "ClientTransport::is_streamable_http")]
+    pub transport: ClientTransport,
+}
+
+/// The transport a client session was opened on; its id is valid on that transport only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientTransport {
+    /// Streamable HTTP: `Mcp-Session-Id` on the tenant endpoint.
+    #[default]
+    StreamableHttp,
+    /// HTTP with SSE (2024-11-05): `sessionId` on the message endpoint, the session's stream
+    /// open on one replica; closing the stream ends the session.
+    LegacySse,
+}
+
+impl ClientTransport {
+    pub fn is_streamable_http(&self) -> bool {
+        *self == ClientTransport::StreamableHttp
+    }
 }
 
 /// An upstream's Streamable HTTP session, as another replica needs it to continue it without a

@@ -14,6 +14,7 @@ use tracing::Instrument;
 
 use super::handshake::{InitParams, UpstreamServer};
 use super::http::{HttpLink, McpHeaders};
+use super::legacy_sse::SseLink;
 use super::stdio::StdioLink;
 use super::{StreamEvent, UpstreamInfo};
 use crate::error::GatewayError;
@@ -47,6 +48,8 @@ pub enum Ending {
 pub enum Link {
     Stdio(StdioLink),
     Http(HttpLink),
+    /// HTTP with SSE (2024-11-05).
+    Sse(SseLink),
 }
 
 /// The reply to a request the gateway made for itself.
@@ -255,11 +258,13 @@ impl Connection {
         }
     }
 
-    /// Waits until the link can carry requests (bounded), or fails with a clear reason.
-    pub async fn ready(&self, timeout: Duration) -> Result<(), GatewayError> {
+    /// Waits until the link can carry requests (bounded), or fails with a clear reason. An
+    /// SSE link whose stream ended opens a new upstream session here.
+    pub async fn ready(self: &Arc<Self>, timeout: Duration) -> Result<(), GatewayError> {
         match &self.link {
             Link::Stdio(l) => l.ready(&self.info.name, timeout).await,
             Link::Http(_) => Ok(()),
+            Link::Sse(l) => l.ready(self, timeout).await,
         }
     }
 
@@ -431,6 +436,7 @@ impl Connection {
                 l.spawn_request(self.clone(), id, Bytes::from(bytes), trace, mcp);
                 Ok(())
             }
+            Link::Sse(l) => l.post(self, Bytes::from(bytes), trace.as_ref()).await,
         }
     }
 
@@ -439,6 +445,7 @@ impl Connection {
         match &self.link {
             Link::Stdio(l) => l.send(&self.info.name, bytes).await,
             Link::Http(l) => l.post_message(self, Bytes::from(bytes)).await,
+            Link::Sse(l) => l.post(self, Bytes::from(bytes), None).await,
         }
     }
 
@@ -528,6 +535,7 @@ impl Connection {
         match &self.link {
             Link::Stdio(l) => l.close().await,
             Link::Http(l) => l.close(ending == Ending::End).await,
+            Link::Sse(l) => l.close(),
         }
         self.fail_all(&GatewayError::UpstreamClosed {
             upstream: self.info.name.to_string(),
@@ -592,10 +600,11 @@ impl Connection {
         }
     }
 
-    /// The request a message without explicit relation belongs to: on stdio, when exactly one
-    /// forwarded request is in flight, that one (stdio has no other way to relate messages).
+    /// The request a message without explicit relation belongs to: on stdio (and an SSE
+    /// stream), when exactly one forwarded request is in flight, that one (neither has another
+    /// way to relate messages).
     fn infer_related(&self, related: Option<u64>) -> Option<u64> {
-        if related.is_some() || !matches!(self.link, Link::Stdio(_)) {
+        if related.is_some() || !matches!(self.link, Link::Stdio(_) | Link::Sse(_)) {
             return related;
         }
         let mut found = None;

@@ -273,7 +273,7 @@ impl HttpLink {
                 Box::pin(self.reinitialize(conn, generation)).await?;
                 continue;
             }
-            return Err(self.status_error(upstream, resp).await);
+            return Err(status_error(upstream, resp).await);
         }
     }
 
@@ -347,27 +347,7 @@ impl HttpLink {
         if resp.status().is_success() {
             return Ok(());
         }
-        Err(self.status_error(upstream, resp).await)
-    }
-
-    async fn status_error(&self, upstream: &str, resp: Response) -> GatewayError {
-        let status = resp.status();
-        let mut resp = resp;
-        let snippet = read_body(&mut resp, 512, upstream)
-            .await
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default();
-        tracing::warn!(upstream, %status, body = %snippet, "upstream answered with an error status");
-        match status {
-            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => unavailable(
-                upstream,
-                format!(
-                    "it rejected the gateway's credentials (HTTP {})",
-                    status.as_u16()
-                ),
-            ),
-            _ => unavailable(upstream, format!("{ANSWERED_HTTP}{}", status.as_u16())),
-        }
+        Err(status_error(upstream, resp).await)
     }
 
     /// Re-runs the handshake once for all requests that saw the session disappear.
@@ -442,7 +422,7 @@ impl HttpLink {
 fn http_link(conn: &Connection) -> &HttpLink {
     match &conn.link {
         Link::Http(l) => l,
-        Link::Stdio(_) => unreachable!("HTTP operation on a stdio link"),
+        Link::Stdio(_) | Link::Sse(_) => unreachable!("Streamable HTTP operation on another link"),
     }
 }
 
@@ -529,14 +509,35 @@ fn session_lost(status: StatusCode, had_session: bool) -> bool {
     had_session && (status == StatusCode::NOT_FOUND || status == StatusCode::BAD_REQUEST)
 }
 
-fn is_event_stream(headers: &HeaderMap) -> bool {
+/// The error for an upstream's non-success status (its body's start goes to the logs).
+pub(super) async fn status_error(upstream: &str, resp: Response) -> GatewayError {
+    let status = resp.status();
+    let mut resp = resp;
+    let snippet = read_body(&mut resp, 512, upstream)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    tracing::warn!(upstream, %status, body = %snippet, "upstream answered with an error status");
+    match status {
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => unavailable(
+            upstream,
+            format!(
+                "it rejected the gateway's credentials (HTTP {})",
+                status.as_u16()
+            ),
+        ),
+        _ => unavailable(upstream, format!("{ANSWERED_HTTP}{}", status.as_u16())),
+    }
+}
+
+pub(super) fn is_event_stream(headers: &HeaderMap) -> bool {
     headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim_start().starts_with("text/event-stream"))
 }
 
-async fn read_body(
+pub(super) async fn read_body(
     resp: &mut Response,
     limit: usize,
     upstream: &str,
@@ -564,21 +565,21 @@ async fn read_body(
     Ok(buf.freeze())
 }
 
-fn unavailable(upstream: &str, reason: String) -> GatewayError {
+pub(super) fn unavailable(upstream: &str, reason: String) -> GatewayError {
     GatewayError::UpstreamUnavailable {
         upstream: upstream.to_owned(),
         reason,
     }
 }
 
-fn closed(upstream: &str, reason: String) -> GatewayError {
+pub(super) fn closed(upstream: &str, reason: String) -> GatewayError {
     GatewayError::UpstreamClosed {
         upstream: upstream.to_owned(),
         reason,
     }
 }
 
-fn protocol(upstream: &str, reason: String) -> GatewayError {
+pub(super) fn protocol(upstream: &str, reason: String) -> GatewayError {
     GatewayError::UpstreamProtocol {
         upstream: upstream.to_owned(),
         reason,

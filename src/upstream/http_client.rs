@@ -65,6 +65,9 @@ pub struct OriginClient {
     route: Route,
     /// Origin-form (`/mcp?x`) or, through a proxy for http, absolute-form.
     target: Uri,
+    /// `http://<authority>` when requests go to a proxy in absolute-form (http through a
+    /// proxy): the prefix of every other target on this origin.
+    absolute_prefix: Option<String>,
     host: HeaderValue,
     /// `Proxy-Authorization` on every request (http through a proxy with credentials).
     proxy_authorization: Option<HeaderValue>,
@@ -134,6 +137,7 @@ impl OriginClient {
                 Some((tokio_rustls::TlsConnector::from(config), name))
             }
         };
+        let absolute_prefix = (proxy.is_some() && !https).then(|| format!("http://{authority}"));
         let (route, target, proxy_authorization) = match proxy {
             None => (
                 Route {
@@ -170,6 +174,7 @@ impl OriginClient {
         Ok(OriginClient {
             route,
             target,
+            absolute_prefix,
             host: host_header,
             proxy_authorization,
             tls,
@@ -183,6 +188,31 @@ impl OriginClient {
     pub async fn send(
         self: &Arc<Self>,
         method: Method,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<Response, ClientError> {
+        self.send_to(&self.target, method, headers, body).await
+    }
+
+    /// The request target of another URL on this origin (the caller checked the origin): the
+    /// same form as the upstream's own URL.
+    pub fn target_for(&self, url: &url::Url) -> Result<Uri, String> {
+        let path = match url.query() {
+            Some(q) => format!("{}?{q}", url.path()),
+            None => url.path().to_owned(),
+        };
+        let target = match &self.absolute_prefix {
+            Some(prefix) => format!("{prefix}{path}"),
+            None => path,
+        };
+        Uri::try_from(target).map_err(|e| format!("request target: {e}"))
+    }
+
+    /// Sends one request to `target` (the upstream's URL, or one from [`Self::target_for`]).
+    pub async fn send_to(
+        self: &Arc<Self>,
+        target: &Uri,
+        method: Method,
         mut headers: HeaderMap,
         body: Bytes,
     ) -> Result<Response, ClientError> {
@@ -192,7 +222,7 @@ impl OriginClient {
         }
         let mut request = Request::new(Full::new(body));
         *request.method_mut() = method;
-        *request.uri_mut() = self.target.clone();
+        *request.uri_mut() = target.clone();
         *request.headers_mut() = headers;
         loop {
             let (mut sender, reused) = match self.checkout() {

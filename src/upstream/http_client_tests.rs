@@ -344,6 +344,41 @@ async fn http_through_a_proxy_sends_absolute_form_with_the_proxy_credentials() {
 }
 
 #[tokio::test]
+async fn other_urls_on_the_origin_get_the_same_target_form() {
+    let server = serve(None, None).await;
+    let url = url::Url::parse(&format!("http://127.0.0.1:{}/sse", server.port)).unwrap();
+    let endpoint = url.join("/message?sessionId=s1").unwrap();
+    let direct = client(url.as_str());
+    let target = direct.target_for(&endpoint).unwrap();
+    assert_eq!(target, "/message?sessionId=s1");
+    let resp = direct
+        .send_to(
+            &target,
+            Method::POST,
+            HeaderMap::new(),
+            Bytes::from_static(b"x"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(read_all(resp).await, &b"x"[..]);
+    assert_eq!(
+        server.seen.lock().unwrap()[0].target,
+        "/message?sessionId=s1"
+    );
+
+    let proxy = ProxyConfig {
+        host: "127.0.0.1".into(),
+        port: 9,
+        authorization: None,
+    };
+    let proxied = OriginClient::build(&url, Duration::from_secs(5), None, Some(proxy)).unwrap();
+    assert_eq!(
+        proxied.target_for(&endpoint).unwrap(),
+        format!("http://127.0.0.1:{}/message?sessionId=s1", server.port).as_str()
+    );
+}
+
+#[tokio::test]
 async fn https_through_a_proxy_tunnels_with_connect() {
     let (acceptor, trusting) = tls_pair();
     let server = serve(Some(acceptor), None).await;

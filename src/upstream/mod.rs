@@ -1,6 +1,7 @@
 //! Upstream MCP servers: the configured `Upstream`s of a tenant, the `Connection`s the gateway
-//! holds to them (stdio child processes and Streamable HTTP sessions), and the per-request
-//! `ForwardStream` that carries an upstream's answer back with timeouts.
+//! holds to them (stdio child processes, Streamable HTTP sessions and 2024-11-05 HTTP+SSE
+//! sessions), and the per-request `ForwardStream` that carries an upstream's answer back with
+//! timeouts.
 
 mod catalog;
 mod connection;
@@ -8,6 +9,7 @@ mod credentials;
 mod handshake;
 mod http;
 mod http_client;
+mod legacy_sse;
 mod retry;
 pub mod sse;
 mod stdio;
@@ -52,6 +54,7 @@ use crate::tenant::SessionDirectory;
 use credentials::Credentials;
 use http::HttpLink;
 use http_client::OriginClient;
+use legacy_sse::SseLink;
 use stdio::StdioLink;
 
 /// What every connection to one upstream shares: its name and bounds.
@@ -127,6 +130,13 @@ enum UpstreamKind {
         client: Arc<OriginClient>,
         credentials: Arc<Credentials>,
     },
+    /// HTTP with SSE: one upstream session (an open stream) per client session.
+    Sse {
+        client: Arc<OriginClient>,
+        credentials: Arc<Credentials>,
+        /// The SSE endpoint.
+        url: url::Url,
+    },
 }
 
 impl Upstream {
@@ -181,6 +191,16 @@ impl Upstream {
                     credentials,
                 }
             }
+            UpstreamTransport::Sse(h) => {
+                let url = url::Url::parse(&h.url).map_err(|e| format!("invalid URL: {e}"))?;
+                let client = Arc::new(OriginClient::new(&url, config.init_timeout)?);
+                let credentials = Arc::new(Credentials::new(h, config.init_timeout, &config.name)?);
+                UpstreamKind::Sse {
+                    client,
+                    credentials,
+                    url,
+                }
+            }
         };
         Ok(Arc::new(Upstream {
             info,
@@ -219,7 +239,7 @@ impl Upstream {
     pub fn pool(&self) -> &[Arc<Connection>] {
         match &self.kind {
             UpstreamKind::Stdio { pool } => pool,
-            UpstreamKind::Http { .. } => &[],
+            UpstreamKind::Http { .. } | UpstreamKind::Sse { .. } => &[],
         }
     }
 
@@ -234,7 +254,8 @@ impl Upstream {
     }
 
     /// A ready connection for `session`: the shared one, or a new dedicated one (a child
-    /// process, or an upstream HTTP session) initialized with the client's capabilities.
+    /// process, an upstream HTTP session, an SSE stream) initialized with the client's
+    /// capabilities.
     /// The boolean tells whether the session owns it (and must close it).
     pub async fn connect(
         &self,
@@ -303,6 +324,29 @@ impl Upstream {
                 }
                 Ok((conn, true))
             }
+            UpstreamKind::Sse {
+                client,
+                credentials,
+                url,
+            } => {
+                let conn = Arc::new(Connection::new(
+                    self.info.clone(),
+                    params,
+                    owner,
+                    Link::Sse(SseLink::new(
+                        client.clone(),
+                        credentials.clone(),
+                        url.clone(),
+                        self.info.init_timeout,
+                        self.info.max_message,
+                    )),
+                ));
+                if let Err(e) = SseLink::open(&conn).await {
+                    conn.close().await;
+                    return Err(e);
+                }
+                Ok((conn, true))
+            }
         }
     }
 
@@ -345,11 +389,12 @@ impl Connection {
     }
 
     /// Whether the link carries requests now (stdio: handshake done; HTTP: always, as its
-    /// sessions open on demand).
+    /// sessions open on demand; SSE: a stream is open and initialized).
     pub fn is_ready(&self) -> bool {
         match &self.link {
             Link::Stdio(l) => matches!(l.state(), LinkState::Ready),
             Link::Http(_) => true,
+            Link::Sse(l) => l.is_ready(),
         }
     }
 
@@ -357,7 +402,7 @@ impl Connection {
     pub fn pid(&self) -> Option<u32> {
         match &self.link {
             Link::Stdio(l) => l.pid(),
-            Link::Http(_) => None,
+            Link::Http(_) | Link::Sse(_) => None,
         }
     }
 
@@ -365,15 +410,16 @@ impl Connection {
     pub fn restarts(&self) -> u64 {
         match &self.link {
             Link::Stdio(l) => l.restarts(),
-            Link::Http(_) => 0,
+            Link::Http(_) | Link::Sse(_) => 0,
         }
     }
 
-    /// The upstream's own session id (HTTP).
+    /// The upstream's own session id (Streamable HTTP; an SSE session cannot be continued
+    /// from another replica, so it has none to record).
     pub fn upstream_session_id(&self) -> Option<String> {
         match &self.link {
             Link::Http(l) => l.session_id(),
-            Link::Stdio(_) => None,
+            Link::Stdio(_) | Link::Sse(_) => None,
         }
     }
 }

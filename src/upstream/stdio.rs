@@ -168,7 +168,9 @@ fn closed(upstream: &str) -> GatewayError {
 fn link(conn: &Connection) -> &StdioLink {
     match &conn.link {
         super::connection::Link::Stdio(l) => l,
-        super::connection::Link::Http(_) => unreachable!("stdio supervisor on an HTTP link"),
+        super::connection::Link::Http(_) | super::connection::Link::Sse(_) => {
+            unreachable!("stdio supervisor on an HTTP link")
+        }
     }
 }
 

@@ -90,7 +90,7 @@ async fn check_validates_and_lists_every_error() {
     let (code, stdout, stderr) = run_check(&example, &[]).await;
     assert_eq!(code, 0, "{stderr}");
     assert!(
-        stdout.contains("ok (2 tenant(s), 3 upstream(s))"),
+        stdout.contains("ok (2 tenant(s), 4 upstream(s))"),
         "{stdout}"
     );
     let (code, _, stderr) = run_check(&demo, &[]).await;

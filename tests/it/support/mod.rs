@@ -1,11 +1,12 @@
-//! Shared test support: building configs, running a gateway on 127.0.0.1:0, a raw MCP client
-//! over real HTTP, and locating the external peers installed by scripts/install-test-deps.sh.
+//! Shared test support: building configs, running a gateway on 127.0.0.1:0, raw MCP clients
+//! over real HTTP (Streamable HTTP and 2024-11-05 HTTP+SSE), and locating the external peers installed by scripts/install-test-deps.sh.
 
 #![allow(dead_code)]
 
 pub mod client;
 pub mod config;
 pub mod gateway;
+pub mod legacy;
 pub mod oidc;
 pub mod otlp;
 pub mod peers;

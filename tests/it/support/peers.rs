@@ -78,6 +78,11 @@ impl HttpPeer {
         format!("http://127.0.0.1:{}/mcp", self.port)
     }
 
+    /// The SSE endpoint of a server in `sse` mode.
+    pub fn sse_url(&self) -> String {
+        format!("http://127.0.0.1:{}/sse", self.port)
+    }
+
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
     }
@@ -102,6 +107,20 @@ impl HttpPeer {
         Self::spawn(cmd, port).await
     }
 
+    /// server-everything in 2024-11-05 HTTP+SSE mode (`GET /sse`, `POST /message`), forced
+    /// onto 127.0.0.1; its stderr (it logs each client's connect and disconnect) goes to
+    /// `log`.
+    pub async fn everything_sse(port: u16, log: &Path) -> HttpPeer {
+        let mut cmd = Command::new(node());
+        cmd.arg("-r")
+            .arg(preload())
+            .arg(everything_js())
+            .arg("sse")
+            .env("PORT", port.to_string());
+        let file = std::fs::File::create(log).expect("peer log file");
+        Self::spawn_logged(cmd, port, Stdio::from(file)).await
+    }
+
     /// The project's demo server over HTTP (as a separate process).
     pub async fn demo(port: u16, extra: &[&str]) -> HttpPeer {
         let mut cmd = Command::new(super::config::gateway_exe());
@@ -110,10 +129,14 @@ impl HttpPeer {
         Self::spawn(cmd, port).await
     }
 
-    async fn spawn(mut cmd: Command, port: u16) -> HttpPeer {
+    async fn spawn(cmd: Command, port: u16) -> HttpPeer {
+        Self::spawn_logged(cmd, port, Stdio::null()).await
+    }
+
+    async fn spawn_logged(mut cmd: Command, port: u16, stderr: Stdio) -> HttpPeer {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .kill_on_drop(true);
         let child = cmd.spawn().expect("HTTP peer starts");
         let peer = HttpPeer { port, child };
