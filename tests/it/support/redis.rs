@@ -97,8 +97,8 @@ impl RedisServer {
     /// A direct connection, for tests that inspect or seed the keyspace. Its commands may
     /// wait 10 s for an answer (the client's default of 500 ms fails on a loaded machine).
     pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
-        let config = redis::AsyncConnectionConfig::new()
-            .set_response_timeout(Some(Duration::from_secs(10)));
+        let config =
+            redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(10)));
         redis::Client::open(self.url())
             .expect("redis URL")
             .get_multiplexed_async_connection_with_config(&config)
