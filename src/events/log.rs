@@ -254,14 +254,7 @@ fn frame(id: &EventId, message: &[u8], retry: Option<Duration>) -> Bytes {
         buf.put_slice(format!("retry: {}\n", r.as_millis()).as_bytes());
     }
     buf.put_slice(b"data: ");
-    let start = buf.len();
-    buf.put_slice(message);
-    for b in &mut buf[start..] {
-        if *b == b'\n' || *b == b'\r' {
-            *b = b' ';
-        }
-    }
-    buf.put_slice(b"\n\n");
+    push_data(&mut buf, message);
     buf.freeze()
 }
 
@@ -269,6 +262,13 @@ fn frame(id: &EventId, message: &[u8], retry: Option<Duration>) -> Bytes {
 fn frame_message(message: &[u8]) -> Bytes {
     let mut buf = BytesMut::with_capacity(message.len() + 24);
     buf.put_slice(b"event: message\ndata: ");
+    push_data(&mut buf, message);
+    buf.freeze()
+}
+
+/// Appends `message` as one `data:` line (line breaks inside it, only possible between JSON
+/// tokens, become spaces) and ends the event.
+fn push_data(buf: &mut BytesMut, message: &[u8]) {
     let start = buf.len();
     buf.put_slice(message);
     for b in &mut buf[start..] {
@@ -277,7 +277,6 @@ fn frame_message(message: &[u8]) -> Bytes {
         }
     }
     buf.put_slice(b"\n\n");
-    buf.freeze()
 }
 
 /// Why a tailing body ends early.
