@@ -26,7 +26,9 @@ pub enum GatewayError {
     Parse(String),
     #[error("Invalid Request: {0}")]
     InvalidRequest(String),
-    #[error("Invalid Request: JSON-RPC batches are not supported by this endpoint")]
+    #[error(
+        "Invalid Request: JSON-RPC batches are accepted only on sessions of protocol version 2025-03-26 (later versions removed them); send each message in its own POST"
+    )]
     BatchNotSupported,
     #[error("Bad Request: unsupported MCP-Protocol-Version {requested:?}")]
     UnsupportedProtocolVersion { requested: String },

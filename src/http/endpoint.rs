@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 use tracing::Instrument;
 
-use super::{guard, headers, sse, stateless};
+use super::{batch, guard, headers, sse, stateless};
 use crate::auth::Principal;
 use crate::error::{ErrorLabel, GatewayError};
 use crate::events::{self, EventId, StreamKind, StreamLog, TailEnd};
@@ -117,7 +117,7 @@ fn traced(span: &tracing::Span, params: Option<&RawValue>, parts: &Parts) {
 }
 
 /// Whether a request's `MCP-Protocol-Version` names the stateless revision.
-fn stateless_headers(parts: &Parts) -> bool {
+pub(super) fn stateless_headers(parts: &Parts) -> bool {
     matches!(headers::protocol_version(&parts.headers), Ok(Some(v)) if v.is_stateless())
 }
 
@@ -141,6 +141,13 @@ async fn post(
     let bytes = axum::body::to_bytes(body, limit)
         .await
         .map_err(|_| GatewayError::BodyTooLarge { limit })?;
+    if jsonrpc::is_batch(&bytes) {
+        *label = "batch";
+        traced(span, None, parts);
+        return batch::serve(gateway, tenant, principal, parts, &bytes)
+            .instrument(span.clone())
+            .await;
+    }
     let message = jsonrpc::parse(&bytes).map_err(parse_error)?;
     *label = describe(span, parts, &message);
     dispatch(gateway, tenant, principal, parts, &bytes, message)
@@ -226,19 +233,7 @@ async fn dispatch(
                 Ok(Reply::Stream(stream)) => {
                     respond_stream(gateway, &session, stream, req.id).await
                 }
-                Err(GatewayError::ToolNeedsScopes { missing }) => {
-                    // Step-up authorization: the client may obtain a token with these scopes.
-                    let host = guard::request_host(parts)
-                        .unwrap_or_default()
-                        .to_ascii_lowercase();
-                    let resource = guard::resource_identity(tenant, parts, &host);
-                    GatewayError::InsufficientScope {
-                        www_authenticate: resource.challenge_scope(&missing),
-                        missing,
-                    }
-                    .into_response(Some(req.id))
-                }
-                Err(e) => e.into_response(Some(req.id)),
+                Err(e) => step_up(tenant, parts, e).into_response(Some(req.id)),
             }
         }
         Message::Notification(n) => {
@@ -254,6 +249,22 @@ async fn dispatch(
     // Another replica may serve the next request: what changed must be in the store.
     gateway.persist(&session).await;
     Ok(response)
+}
+
+/// A tool that needs scopes the token lacks is answered with the endpoint's step-up challenge
+/// (the client may obtain a token with these scopes); other errors stay as they are.
+pub(super) fn step_up(tenant: &Tenant, parts: &Parts, e: GatewayError) -> GatewayError {
+    let GatewayError::ToolNeedsScopes { missing } = e else {
+        return e;
+    };
+    let host = guard::request_host(parts)
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let resource = guard::resource_identity(tenant, parts, &host);
+    GatewayError::InsufficientScope {
+        www_authenticate: resource.challenge_scope(&missing),
+        missing,
+    }
 }
 
 fn message_params<'m>(message: &'m Message<'_>) -> Option<&'m RawValue> {
@@ -274,7 +285,7 @@ pub(super) fn parse_error(e: ParseError) -> GatewayError {
 
 /// The session named by `Mcp-Session-Id`: 400 without the header, 404 when unknown (or
 /// opened on the 2024-11-05 transport, whose ids are valid on its message endpoint only).
-async fn session_of(
+pub(super) async fn session_of(
     gateway: &Gateway,
     tenant: &Tenant,
     parts: &Parts,
@@ -340,7 +351,7 @@ async fn respond_stream(
 
 /// How often an SSE stream that carries nothing gets a keep-alive comment, and the retry
 /// delay suggested to clients that must reconnect.
-fn tail_end(gateway: &Gateway, claim: Option<GetClaim>) -> TailEnd {
+pub(super) fn tail_end(gateway: &Gateway, claim: Option<GetClaim>) -> TailEnd {
     TailEnd {
         keep_alive: Bytes::from_static(sse::KEEP_ALIVE),
         keep_alive_every: KEEP_ALIVE_EVERY,
@@ -352,7 +363,7 @@ fn tail_end(gateway: &Gateway, claim: Option<GetClaim>) -> TailEnd {
 /// A priming event (an id, empty data and a retry delay) opens the streams of clients on
 /// 2025-11-25 or later, so they can resume even before the first message; older clients
 /// would take the empty data for a malformed message.
-fn prime(session: &LiveSession, log: &StreamLog) {
+pub(super) fn prime(session: &LiveSession, log: &StreamLog) {
     if session.protocol_version >= ProtocolVersion::V2025_11_25 {
         log.prime(RECONNECT_AFTER);
     }
@@ -511,7 +522,7 @@ async fn open_get(
 
 /// This replica's claim on a session's GET stream: refreshed with the keep-alives, released
 /// when the stream ends (if still this replica's).
-struct GetClaim {
+pub(super) struct GetClaim {
     bus: Arc<crate::cluster::Bus>,
     session: Arc<LiveSession>,
 }

@@ -2,6 +2,7 @@
 //! protected tenant, and the tenant MCP endpoints behind the security front (`guard`): the
 //! Streamable HTTP endpoint and, below it, the 2024-11-05 HTTP+SSE paths (`legacy_sse`).
 
+mod batch;
 pub mod endpoint;
 pub mod guard;
 pub mod headers;

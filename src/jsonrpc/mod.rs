@@ -11,7 +11,9 @@ pub use encode::{
     result_response,
 };
 pub use object::RawObject;
-pub use parse::{Message, Notification, Outcome, ParseError, Request, Response, parse};
+pub use parse::{
+    Message, Notification, Outcome, ParseError, Request, Response, is_batch, parse, split_batch,
+};
 
 use serde_json::value::RawValue;
 

@@ -158,6 +158,33 @@ pub fn parse(input: &[u8]) -> Result<Message<'_>, ParseError> {
     }
 }
 
+/// Whether `input` is a JSON-RPC batch (a JSON array), judged by its first non-blank byte.
+pub fn is_batch(input: &[u8]) -> bool {
+    input.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[')
+}
+
+/// The members of a batch, raw and borrowed from `input`, each to be parsed with [`parse`].
+/// An empty array is not a valid batch (JSON-RPC 2.0).
+pub fn split_batch(input: &[u8]) -> Result<Vec<&RawValue>, ParseError> {
+    let members: Vec<&RawValue> = match serde_json::from_slice(input) {
+        Ok(m) => m,
+        Err(e) if e.is_syntax() || e.is_eof() => return Err(ParseError::NotJson(e.to_string())),
+        Err(_) => {
+            return Err(ParseError::InvalidRequest {
+                reason: "a batch must be a JSON array",
+                id: None,
+            });
+        }
+    };
+    if members.is_empty() {
+        return Err(ParseError::InvalidRequest {
+            reason: "a batch must hold at least one message",
+            id: None,
+        });
+    }
+    Ok(members)
+}
+
 impl Message<'_> {
     /// The method name of a request or notification.
     pub fn method(&self) -> Option<&str> {

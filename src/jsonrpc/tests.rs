@@ -102,3 +102,36 @@ fn writers_copy_raw_parts() {
     assert_eq!(v["id"], serde_json::Value::Null);
     assert_eq!(v["error"]["message"], "bad \"json\"");
 }
+
+#[test]
+fn batches_split_into_borrowed_members() {
+    let input =
+        br#" [ {"jsonrpc":"2.0","id":1,"method":"ping"}, {"jsonrpc":"2.0","method":"n"}, 7 ]"#;
+    assert!(super::is_batch(input));
+    assert!(!super::is_batch(br#" {"jsonrpc":"2.0"}"#));
+    let members = super::split_batch(input).unwrap();
+    assert_eq!(members.len(), 3);
+    assert_eq!(
+        members[0].get(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#
+    );
+    assert!(matches!(
+        parse(members[1].get().as_bytes()),
+        Ok(Message::Notification(_))
+    ));
+    assert!(matches!(
+        parse(members[2].get().as_bytes()),
+        Err(ParseError::InvalidRequest { .. })
+    ));
+    // Members borrow from the input: no copy of their payload.
+    let start = members[0].get().as_ptr() as usize;
+    assert!(start > input.as_ptr() as usize && start < input.as_ptr() as usize + input.len());
+    assert!(matches!(
+        super::split_batch(b"[]"),
+        Err(ParseError::InvalidRequest { .. })
+    ));
+    assert!(matches!(
+        super::split_batch(b"[{"),
+        Err(ParseError::NotJson(_))
+    ));
+}

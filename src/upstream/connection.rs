@@ -548,6 +548,25 @@ impl Connection {
     /// Routes one message from the upstream. `related` is the upstream id of the request whose
     /// response stream carried it (HTTP), if any.
     pub(crate) fn on_message(self: &Arc<Self>, bytes: Bytes, related: Option<u64>) {
+        if jsonrpc::is_batch(&bytes) {
+            // An upstream on 2025-03-26 may batch what it sends: each member stands alone
+            // (a slice of the same buffer, not a copy).
+            match jsonrpc::split_batch(&bytes) {
+                Ok(members) => {
+                    for m in members {
+                        self.on_single(bytes.slice_ref(m.get().as_bytes()), related);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(upstream = %self.info.name, error = ?e, "dropping an invalid batch from the upstream");
+                }
+            }
+            return;
+        }
+        self.on_single(bytes, related);
+    }
+
+    fn on_single(self: &Arc<Self>, bytes: Bytes, related: Option<u64>) {
         let msg = match jsonrpc::parse(&bytes) {
             Ok(m) => m,
             Err(e) => {

@@ -15,7 +15,7 @@ use switchyard::config::{UpstreamConfig, UpstreamTransport};
 use switchyard::upstream::sse::SseParser;
 
 /// The hand-written paginating test server (tests/peers/catalog_server.py).
-fn catalog_server(name: &str, args: &[&str]) -> UpstreamConfig {
+pub(crate) fn catalog_server(name: &str, args: &[&str]) -> UpstreamConfig {
     let script = repo()
         .join("tests/peers/catalog_server.py")
         .display()

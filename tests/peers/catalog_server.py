@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """A small stdio MCP server for the gateway's catalog tests (hand-written JSON-RPC, no SDK).
 
-    catalog_server.py [--tools N] [--resources N] [--page-size N] [--invalid]
+    catalog_server.py [--tools N] [--resources N] [--page-size N] [--invalid] [--batch]
 
 - tools/list, prompts/list and resources/list are paginated (`--page-size`, cursor = offset);
 - tools t0..t{N-1} answer "<name> called"; `add_tool {name}` adds a tool at run time and sends
   notifications/tools/list_changed (capability tools.listChanged = true);
 - `--invalid` adds definitions that break the spec's rules (bad names, bad x-mcp-header), which
-  a gateway must leave out of its lists.
+  a gateway must leave out of its lists;
+- `--batch` (protocol version 2025-03-26 only) answers each tools/call with one JSON-RPC batch:
+  a progress notification, then the response.
 """
 
 import argparse
@@ -30,6 +32,7 @@ def main():
     p.add_argument("--resources", type=int, default=5)
     p.add_argument("--page-size", type=int, default=2)
     p.add_argument("--invalid", action="store_true")
+    p.add_argument("--batch", action="store_true")
     args = p.parse_args()
 
     tools = [{"name": f"t{i}", "description": f"tool {i}", "inputSchema": schema()} for i in range(args.tools)]
@@ -69,7 +72,7 @@ def main():
         if method == "initialize":
             v = params.get("protocolVersion")
             result = {
-                "protocolVersion": v if v in SUPPORTED else SUPPORTED[0],
+                "protocolVersion": "2025-03-26" if args.batch else v if v in SUPPORTED else SUPPORTED[0],
                 "capabilities": {"tools": {"listChanged": True}, "resources": {}, "prompts": {}},
                 "serverInfo": {"name": "catalog-server", "version": "1"},
             }
@@ -93,6 +96,12 @@ def main():
             result = {"content": [{"type": "text", "text": f"added {name}"}]}
         elif method == "tools/call" and any(t["name"] == params.get("name") for t in tools):
             result = {"content": [{"type": "text", "text": f"{params['name']} called"}]}
+            if args.batch:
+                token = (params.get("_meta") or {}).get("progressToken")
+                progress = {"jsonrpc": "2.0", "method": "notifications/progress",
+                            "params": {"progressToken": token, "progress": 1, "total": 1}}
+                send([progress, {"jsonrpc": "2.0", "id": rid, "result": result}])
+                continue
         elif method == "tools/call":
             send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": f"Unknown tool: {params.get('name')}"}})
             continue
