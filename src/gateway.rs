@@ -127,7 +127,11 @@ pub async fn open_store(config: &Config) -> Result<(SessionBackend, Bus), String
                     ));
                 }
             }
-            let bus = Bus::redis(redis.clone(), config.sessions.ttl);
+            let secret = redis
+                .signing_secret()
+                .await
+                .map_err(|e| format!("cannot read the replicas' signing secret: {e}"))?;
+            let bus = Bus::redis(redis.clone(), config.sessions.ttl, secret);
             Ok((SessionBackend::Redis(RedisSessionStore::new(redis)), bus))
         }
     }
@@ -140,7 +144,7 @@ impl Gateway {
         let tenants = config
             .tenants
             .iter()
-            .map(|t| Tenant::start(t, &config.limits))
+            .map(|t| Tenant::start(t, &config.limits, bus.tenant_key(&t.name)))
             .collect::<Result<Vec<_>, String>>()?;
         let gateway = Arc::new(Gateway {
             tenants: ArcSwap::from_pointee(TenantTable::new(tenants)),
@@ -209,7 +213,8 @@ impl Gateway {
                     rebuilt.push((t.clone(), new.clone(), retired));
                     new
                 }),
-                None => Tenant::start(tc, &self.limits).inspect(|t| fresh.push(t.clone())),
+                None => Tenant::start(tc, &self.limits, self.bus.tenant_key(&tc.name))
+                    .inspect(|t| fresh.push(t.clone())),
             };
             match built {
                 Ok(t) => next.push(t),
@@ -500,10 +505,37 @@ impl Gateway {
 
     /// A message from another replica about a session live here.
     fn on_bus(self: &Arc<Self>, msg: BusMessage) {
-        let to = msg.target();
-        let Some(tenant) = self.tenants.load().by_name(&to.tenant).cloned() else {
+        let Some(tenant) = self.tenants.load().by_name(&msg.target().tenant).cloned() else {
             return;
         };
+        // Retries continued across replicas: keyed by the retry, not by a live session.
+        let msg = match msg {
+            resume @ BusMessage::Resume { .. } => {
+                tokio::spawn(crate::http::continue_retry(self.clone(), tenant, resume));
+                return;
+            }
+            BusMessage::Resumed {
+                key,
+                message,
+                done,
+                status,
+                ..
+            } => {
+                let event = crate::router::mrtr::Resumed {
+                    message: Bytes::from(message),
+                    done,
+                    status,
+                };
+                self.interactions.on_resumed(&key, event);
+                return;
+            }
+            BusMessage::ResumeClosed { key, .. } => {
+                self.interactions.stop_continuing(&key);
+                return;
+            }
+            other => other,
+        };
+        let to = msg.target();
         let Some(id) = SessionId::from_presented(&to.session) else {
             return;
         };
@@ -555,6 +587,9 @@ impl Gateway {
                     gateway.drop_local(&tenant, &session.key, Ending::End).await;
                 });
             }
+            BusMessage::Resume { .. }
+            | BusMessage::Resumed { .. }
+            | BusMessage::ResumeClosed { .. } => {}
         }
     }
 

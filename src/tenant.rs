@@ -81,8 +81,13 @@ pub struct Tenant {
 
 impl Tenant {
     /// Builds the tenant and starts its shared upstream processes.
-    pub fn start(config: &TenantConfig, limits: &Limits) -> Result<Arc<Tenant>, String> {
-        Ok(Tenant::build(config, limits, None)?.0)
+    /// `key` signs its opaque tokens (shared by the replicas).
+    pub fn start(
+        config: &TenantConfig,
+        limits: &Limits,
+        key: CursorKey,
+    ) -> Result<Arc<Tenant>, String> {
+        Ok(Tenant::build(config, limits, Err(key))?.0)
     }
 
     /// The tenant as `config` now describes it, continuing `self`: the same live sessions,
@@ -95,14 +100,19 @@ impl Tenant {
         config: &TenantConfig,
         limits: &Limits,
     ) -> Result<(Arc<Tenant>, Vec<Arc<Upstream>>), String> {
-        Tenant::build(config, limits, Some(self))
+        Tenant::build(config, limits, Ok(self))
     }
 
+    /// A tenant continuing `previous`, or a new one signing with the key given instead.
     fn build(
         config: &TenantConfig,
         limits: &Limits,
-        previous: Option<&Tenant>,
+        previous_or_key: Result<&Tenant, CursorKey>,
     ) -> Result<(Arc<Tenant>, Vec<Arc<Upstream>>), String> {
+        let (previous, key) = match previous_or_key {
+            Ok(p) => (Some(p), None),
+            Err(k) => (None, Some(k)),
+        };
         let directory = previous.map_or_else(Arc::default, |p| p.directory.clone());
         let prefixed = match config.prefix.mode {
             PrefixMode::Always => true,
@@ -172,8 +182,10 @@ impl Tenant {
             upstreams: upstreams.into(),
             directory,
             prefixed,
-            cursor_key: previous
-                .map_or_else(|| Arc::new(CursorKey::random()), |p| p.cursor_key.clone()),
+            cursor_key: match previous {
+                Some(p) => p.cursor_key.clone(),
+                None => Arc::new(key.unwrap_or_else(CursorKey::random)),
+            },
             authenticator,
             policies: ToolPolicies::new(&config.tool_policies),
         });

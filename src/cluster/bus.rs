@@ -1,8 +1,9 @@
 //! The message bus between replicas (Redis pub/sub). Each replica listens on its own channel and
 //! on the broadcast channel: a server-initiated message goes to the replica holding the
 //! client's GET stream; the client's answer to a server-to-client request goes to the replica
-//! named in the request id; cancellations and session ends are broadcast. With the in-memory
-//! store there is one replica and the bus carries nothing.
+//! named in the request id; a stateless client's retry of a request parked on another replica
+//! goes to that replica and what follows comes back; cancellations and session ends are
+//! broadcast. With the in-memory store there is one replica and the bus carries nothing.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +34,31 @@ pub enum BusMessage {
     Ended { to: Target },
     /// Replica `by` now serves the session's GET stream: the others stop recording into theirs.
     GetMoved { to: Target, by: String },
+    /// A stateless client's retry of a request parked on the receiving replica (`handle`),
+    /// received by replica `reply_to`: continue it there and send what follows as `Resumed`
+    /// under `key`. `id` is the retry's id and `params` its params (raw JSON text); the
+    /// retry's state was verified by the sender.
+    Resume {
+        to: Target,
+        handle: String,
+        id: String,
+        method: String,
+        name: Option<String>,
+        params: String,
+        reply_to: String,
+        key: String,
+    },
+    /// What a resumed request sends its client: an empty `message` first (the request was
+    /// found and is going on), then messages; the last has `done` and the HTTP status.
+    Resumed {
+        to: Target,
+        key: String,
+        message: String,
+        done: bool,
+        status: u16,
+    },
+    /// The client of a resumed request went away: the request is cancelled.
+    ResumeClosed { to: Target, key: String },
 }
 
 /// The session a bus message concerns.
@@ -61,7 +87,10 @@ impl BusMessage {
             | BusMessage::Progress { to, .. }
             | BusMessage::Cancel { to, .. }
             | BusMessage::Ended { to }
-            | BusMessage::GetMoved { to, .. } => to,
+            | BusMessage::GetMoved { to, .. }
+            | BusMessage::Resume { to, .. }
+            | BusMessage::Resumed { to, .. }
+            | BusMessage::ResumeClosed { to, .. } => to,
         }
     }
 }
@@ -72,6 +101,8 @@ pub struct Bus {
     redis: Option<Redis>,
     /// SSE event logs shared with the other replicas.
     pub events: Option<Arc<RedisEvents>>,
+    /// The secret the replicas derive their tenants' signing keys from (none: one replica).
+    secret: Option<ring::hmac::Key>,
 }
 
 impl Bus {
@@ -81,12 +112,14 @@ impl Bus {
             replica: replica_id().into(),
             redis: None,
             events: None,
+            secret: None,
         }
     }
 
     /// A replica among others sharing `redis`; event logs live as long as sessions (`ttl`).
-    pub fn redis(redis: Redis, ttl: Duration) -> Bus {
+    pub fn redis(redis: Redis, ttl: Duration, secret: Vec<u8>) -> Bus {
         Bus {
+            secret: Some(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret)),
             replica: replica_id().into(),
             events: Some(Arc::new(RedisEvents::new(
                 redis.clone(),
@@ -94,6 +127,19 @@ impl Bus {
                 crate::events::LogLimits::default().max_events,
             ))),
             redis: Some(redis),
+        }
+    }
+
+    /// The key a tenant signs its opaque tokens with (list cursors, MRTR states) and derives
+    /// stateless session ids from: the same on every replica sharing the store, random on a
+    /// lone replica.
+    pub fn tenant_key(&self, tenant: &str) -> crate::router::CursorKey {
+        match &self.secret {
+            Some(secret) => {
+                let derived = ring::hmac::sign(secret, format!("tenant:{tenant}").as_bytes());
+                crate::router::CursorKey::from_secret(derived.as_ref())
+            }
+            None => crate::router::CursorKey::random(),
         }
     }
 

@@ -70,6 +70,12 @@ impl Keys {
         format!("{}:v1:broadcast", self.prefix)
     }
 
+    /// The secret every replica derives its tenants' signing keys from (cursors, MRTR states,
+    /// stateless session ids): created by the first replica, read by the others.
+    pub fn signing_secret(&self) -> String {
+        format!("{}:v1:signing-secret", self.prefix)
+    }
+
     /// The applied layout version.
     pub fn layout(&self) -> String {
         format!("{}:meta:layout", self.prefix)

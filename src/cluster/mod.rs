@@ -76,6 +76,35 @@ impl Redis {
         result
     }
 
+    /// The replicas' shared signing secret: this replica's fresh random one if none is
+    /// stored yet (`SET NX`), else the stored one. It never expires.
+    pub async fn signing_secret(&self) -> Result<Vec<u8>, StoreError> {
+        let mut fresh = [0u8; 32];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut fresh)
+            .map_err(|_| StoreError::Unavailable("no random source".into()))?;
+        let fresh: String = fresh.iter().map(|b| format!("{b:02x}")).collect();
+        let key = self.keys.signing_secret();
+        let mut conn = self.conn.clone();
+        let stored = self
+            .run("signing_secret", async move {
+                let _: Option<String> = redis::cmd("SET")
+                    .arg(&key)
+                    .arg(&fresh)
+                    .arg("NX")
+                    .query_async(&mut conn)
+                    .await?;
+                redis::cmd("GET")
+                    .arg(&key)
+                    .query_async::<Option<String>>(&mut conn)
+                    .await
+            })
+            .await?;
+        stored
+            .filter(|s| s.len() >= 32)
+            .map(String::into_bytes)
+            .ok_or_else(|| StoreError::Corrupt("the stored signing secret is missing".into()))
+    }
+
     /// Whether Redis answers (readiness).
     pub async fn ping(&self) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();

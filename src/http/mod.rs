@@ -7,10 +7,13 @@ pub mod endpoint;
 pub mod guard;
 pub mod headers;
 pub mod legacy_sse;
+mod retry_relay;
 pub mod sse;
 pub mod stateless;
 
 use std::sync::Arc;
+
+pub use retry_relay::continue_here as continue_retry;
 
 use axum::Router;
 use axum::body::Body;

@@ -121,8 +121,17 @@ async fn request(
 
     if let Some(state) = params.as_ref().and_then(|p| p.get_str("requestState")) {
         let target = exchange.target();
-        let parked = match gateway.interactions.claim(tenant, user, &target, &state)? {
+        let replica = &gateway.bus.replica;
+        let parked = match gateway
+            .interactions
+            .claim(tenant, replica, user, &target, &state)?
+        {
             Claim::Parked(parked) => *parked,
+            Claim::Elsewhere { replica, handle } => {
+                // Parked on another replica: it continues the request, this one answers.
+                return super::retry_relay::relay(gateway, exchange, &replica, handle, req.params)
+                    .await;
+            }
             Claim::Upstream(inner) => {
                 // A stateless upstream's state: the retry goes to it with its own state.
                 let mut retry = params.clone().unwrap_or_default();
@@ -221,22 +230,22 @@ fn check_headers(
 }
 
 /// One stateless request being answered.
-struct Exchange {
-    tenant: Arc<Tenant>,
-    interactions: Interactions,
-    session: Arc<LiveSession>,
-    user: Arc<str>,
+pub(super) struct Exchange {
+    pub(super) tenant: Arc<Tenant>,
+    pub(super) interactions: Interactions,
+    pub(super) session: Arc<LiveSession>,
+    pub(super) user: Arc<str>,
     /// The id of the request being answered (a retry's own id, not the first attempt's).
-    id: OwnedId,
-    method: String,
-    name: Option<String>,
-    meta: RequestMeta,
+    pub(super) id: OwnedId,
+    pub(super) method: String,
+    pub(super) name: Option<String>,
+    pub(super) meta: RequestMeta,
     /// A retry of a parked request: the final response carries the first attempt's id.
-    resumed: bool,
+    pub(super) resumed: bool,
 }
 
 /// What comes next on a stateless response.
-enum Step {
+pub(super) enum Step {
     /// A notification for the client; the request goes on.
     Notify(Bytes, Box<ForwardStream>),
     /// The whole response (a result, `input_required`, or an error) and its HTTP status
@@ -316,7 +325,7 @@ impl Exchange {
     }
 
     /// Reads the forwarded request until something must reach the client.
-    async fn step(&self, mut stream: ForwardStream) -> Step {
+    pub(super) async fn step(&self, mut stream: ForwardStream) -> Step {
         loop {
             match stream.next().await {
                 Some(StreamItem::Final(body)) => {
@@ -381,7 +390,7 @@ impl Exchange {
     }
 
     /// Parks the request and answers with the questions it waits for.
-    fn ask_again(&self, stream: ForwardStream, questions: Vec<Question>) -> Bytes {
+    pub(super) fn ask_again(&self, stream: ForwardStream, questions: Vec<Question>) -> Bytes {
         let result = self.interactions.park(
             &self.tenant,
             &self.session.bus.replica,

@@ -3,7 +3,9 @@
 //! client with an `input_required` result, keeps the upstream request open ("parked"), and
 //! resumes it when the client retries with `inputResponses` and the `requestState` the
 //! gateway signed. The state names the parked request, the user, the request it belongs to
-//! and an expiry, under the tenant's key: a tampered, foreign or stale state is refused.
+//! and an expiry, under the tenant's key: a tampered, foreign or stale state is refused. A
+//! retry that reaches another replica is continued by the replica holding the request, over
+//! the bus (`Resume` there, `Resumed` events back).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,6 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::error::GatewayError;
 use crate::jsonrpc::{Outcome, RawObject};
@@ -60,10 +63,37 @@ struct State {
     x: u64,
 }
 
-/// The requests of this replica parked for their clients' retries (a shared handle).
+/// The requests of this replica parked for their clients' retries, and the retries going on
+/// across replicas (a shared handle).
 #[derive(Default, Clone)]
 pub struct Interactions {
     parked: Arc<Mutex<HashMap<String, Parked>>>,
+    /// Retries received here, continued by another replica: their events, by key.
+    remote: Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Resumed>>>>,
+    /// Requests continued here for a retry received by another replica: dropping the sender
+    /// stops one (its client went away).
+    continuing: Arc<Mutex<HashMap<String, oneshot::Sender<()>>>>,
+}
+
+/// One event of a request continued on another replica: an empty message says it goes on.
+pub struct Resumed {
+    pub message: bytes::Bytes,
+    pub done: bool,
+    pub status: u16,
+}
+
+/// Ends the wait for a retry's events when dropped.
+pub struct RemoteWait {
+    remote: Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Resumed>>>>,
+    pub key: String,
+}
+
+impl Drop for RemoteWait {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.remote.lock() {
+            m.remove(&self.key);
+        }
+    }
 }
 
 /// The request a state is bound to: method and the name or URI it targets.
@@ -124,6 +154,7 @@ impl Interactions {
     pub fn claim(
         &self,
         tenant: &Tenant,
+        replica: &str,
         user: &str,
         target: &Target<'_>,
         token: &str,
@@ -154,22 +185,72 @@ impl Interactions {
         if let Some(inner) = state.p {
             return Ok(Claim::Upstream(inner));
         }
+        if state.r != replica {
+            return Ok(Claim::Elsewhere {
+                replica: state.r,
+                handle: state.h,
+            });
+        }
         let parked = self
-            .parked
-            .lock()
-            .ok()
-            .and_then(|mut m| m.remove(&state.h))
-            .ok_or_else(|| {
-                refused("the request it continues has ended or is held by another replica")
-            })?;
-        parked.stream.set_waiting(false);
+            .take(&state.h)
+            .ok_or_else(|| refused("the request it continues has ended"))?;
         Ok(Claim::Parked(Box::new(parked)))
+    }
+
+    /// Takes a request parked here out of the parking (for its retry).
+    pub fn take(&self, handle: &str) -> Option<Parked> {
+        let parked = self.parked.lock().ok()?.remove(handle)?;
+        parked.stream.set_waiting(false);
+        Some(parked)
+    }
+
+    /// Waits for the events of a retry continued by another replica, under a fresh key.
+    pub fn wait_remote(&self) -> (RemoteWait, mpsc::UnboundedReceiver<Resumed>) {
+        let key = crate::session::SessionId::generate().as_str().to_owned();
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Ok(mut m) = self.remote.lock() {
+            m.insert(key.clone(), tx);
+        }
+        let wait = RemoteWait {
+            remote: self.remote.clone(),
+            key,
+        };
+        (wait, rx)
+    }
+
+    /// An event of a retry continued by another replica (dropped when nobody waits).
+    pub fn on_resumed(&self, key: &str, event: Resumed) {
+        let tx = self.remote.lock().ok().and_then(|m| m.get(key).cloned());
+        if let Some(tx) = tx {
+            let _ = tx.send(event);
+        }
+    }
+
+    /// Registers a request continued here for another replica's client; the receiver
+    /// resolves when that client goes away ([`Interactions::stop_continuing`]).
+    pub fn continuing(&self, key: &str) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut m) = self.continuing.lock() {
+            m.insert(key.to_owned(), tx);
+        }
+        rx
+    }
+
+    /// Ends the registration of a request continued here (finished, or its client left).
+    pub fn stop_continuing(&self, key: &str) {
+        let gone = self.continuing.lock().ok().and_then(|mut m| m.remove(key));
+        drop(gone);
     }
 }
 
 /// What a client's `requestState` continues.
 pub enum Claim {
     Parked(Box<Parked>),
+    /// Parked on another replica, which continues it.
+    Elsewhere {
+        replica: String,
+        handle: String,
+    },
     /// The upstream's own state, to send it back with the retry.
     Upstream(String),
 }

@@ -21,7 +21,7 @@ use crate::support::redis::RedisServer;
 use crate::support::{TempDir, read_trace};
 
 /// A config whose sessions live in the test's Redis under `prefix`.
-fn clustered(redis: &RedisServer, prefix: &str, tenants: Vec<TenantConfig>) -> Config {
+pub(crate) fn clustered(redis: &RedisServer, prefix: &str, tenants: Vec<TenantConfig>) -> Config {
     let mut c = config(tenants);
     c.sessions.store = StoreConfig::Redis(switchyard::config::RedisConfig {
         url: Secret::new(redis.url()),
@@ -32,7 +32,7 @@ fn clustered(redis: &RedisServer, prefix: &str, tenants: Vec<TenantConfig>) -> C
 }
 
 /// Migrates the keyspace and starts `n` replicas of `config`.
-async fn replicas(config: &Config, n: usize) -> Vec<TestGateway> {
+pub(crate) async fn replicas(config: &Config, n: usize) -> Vec<TestGateway> {
     let report = switchyard::cluster::migrate(config).await.expect("migrate");
     assert!(report.contains("layout 1"), "{report}");
     let mut out = Vec::new();
@@ -597,4 +597,47 @@ async fn keyspace_layout_is_checked_at_startup_and_migrate_is_idempotent() {
         String::from_utf8_lossy(&out.stderr).contains("newer than this build"),
         "{out:?}"
     );
+}
+
+/// Every replica signs with the same tenant key (derived from the secret the first replica
+/// stored in Redis): a list cursor one replica gave out pages on at another.
+#[tokio::test]
+async fn a_list_cursor_from_one_replica_pages_on_at_another() {
+    let redis = RedisServer::start().await;
+    let cfg = clustered(
+        &redis,
+        "cur",
+        vec![tenant(
+            "cur",
+            vec![crate::catalog::catalog_server(
+                "cat",
+                &["--tools", "5", "--page-size", "2"],
+            )],
+        )],
+    );
+    let gws = replicas(&cfg, 2).await;
+    let mut a = RawClient::new(gws[0].url("cur"));
+    a.initialize().await;
+    let b = on(&gws[1], "cur", &a);
+    let first = a.request("tools/list", json!({})).await;
+    let cursor = first.last()["result"]["nextCursor"].clone();
+    assert!(cursor.is_string(), "{:?}", first.last());
+    let next = b.request("tools/list", json!({"cursor": cursor})).await;
+    let tools = next.last()["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{:?}", next.last()))
+        .clone();
+    assert_eq!(tools.len(), 2, "{tools:?}");
+    assert_eq!(tools[0]["name"], "t2", "{tools:?}");
+    // The secret is one, stored once.
+    let mut conn = redis.conn().await;
+    let secret: Option<String> = redis::cmd("GET")
+        .arg("cur:v1:signing-secret")
+        .query_async(&mut conn)
+        .await
+        .expect("GET");
+    assert_eq!(secret.map(|s| s.len()), Some(64));
+    for gw in gws {
+        gw.stop().await;
+    }
 }

@@ -1,7 +1,8 @@
 //! The stateless revision (2026-07-28) in front of session-based upstreams: the transport's
 //! rules over raw HTTP, the official Python SDK 2.x (auto and pinned 2026-07-28) through the
 //! gateway to the reference `server-everything`, and the elicitation/sampling bridge
-//! (upstream questions become input_required results, answered by the client's retry).
+//! (upstream questions become input_required results, answered by the client's retry, also
+//! when the retry reaches another replica than the one holding the request).
 
 use serde_json::{Value, json};
 
@@ -307,4 +308,87 @@ async fn python_sdk_stateless_against_a_session_based_upstream() {
         );
     }
     gw.stop().await;
+}
+
+/// Two replicas sharing a real Redis, no affinity: the elicitation is asked through replica A
+/// (which holds the upstream request), every retry goes to replica B, which has A continue
+/// the request over the bus and answers with what A sends back.
+#[tokio::test]
+async fn a_bridged_retry_reaching_another_replica_is_continued_by_the_holder() {
+    let redis = crate::support::redis::RedisServer::start().await;
+    let mut stdio = everything_stdio();
+    stdio.sharing = StdioSharing::PerSession;
+    let cfg = crate::cluster::clustered(
+        &redis,
+        "mrtr",
+        vec![tenant(
+            "ev",
+            vec![upstream("everything", UpstreamTransport::Stdio(stdio))],
+        )],
+    );
+    let gws = crate::cluster::replicas(&cfg, 2).await;
+    let (a, b) = (
+        RawClient::new(gws[0].url("ev")),
+        RawClient::new(gws[1].url("ev")),
+    );
+    let ask = json!({"name": "trigger-elicitation-request", "arguments": {},
+                     "_meta": meta(json!({"elicitation": {}}))});
+
+    let r = send(&a, 1, "tools/call", ask.clone(), &[]).await;
+    let first = r.last()["result"].clone();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(first["resultType"], "input_required", "{:?}", r.last());
+    let key = first["inputRequests"]
+        .as_object()
+        .and_then(|q| q.keys().next().cloned())
+        .expect("one input request");
+
+    // Unanswered on B: asked again (the request stays parked on A).
+    let mut retry = ask.clone();
+    retry["requestState"] = first["requestState"].clone();
+    retry["inputResponses"] = json!({});
+    let r = send(&b, 2, "tools/call", retry, &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.last()["id"], 2, "{:?}", r.last());
+    let again = r.last()["result"].clone();
+    assert_eq!(again["resultType"], "input_required", "{:?}", r.last());
+    assert!(again["inputRequests"][&key].is_object(), "{again}");
+
+    // Answered on B: A completes the tool; B answers with the retry's id.
+    let mut retry = ask.clone();
+    retry["requestState"] = again["requestState"].clone();
+    retry["inputResponses"] = json!({ key.clone(): {"action": "accept", "content": {
+        "name": "Grace", "color": "blue", "email": "grace@example.com", "age": 41, "pets": ["dogs"]}}});
+    let r = send(&b, 3, "tools/call", retry.clone(), &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.last()["id"], 3, "{:?}", r.last());
+    let done = &r.last()["result"];
+    assert_eq!(done["resultType"], "complete", "{done}");
+    assert!(done.to_string().contains("Grace"), "{done}");
+
+    // The state is spent: presented again (on either replica), it is refused.
+    for (c, id) in [(&b, 4), (&a, 5)] {
+        let r = send(c, id, "tools/call", retry.clone(), &[]).await;
+        assert_error(&r, 200, -32602);
+        let message = r.last()["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("has ended"), "{message}");
+    }
+
+    // The holder is gone (its request with it): the retry on B is refused within seconds.
+    let r = send(&a, 6, "tools/call", ask.clone(), &[]).await;
+    let parked = r.last()["result"]["requestState"].clone();
+    assert!(parked.is_string(), "{:?}", r.last());
+    let mut gws = gws.into_iter();
+    let (holder, other) = (gws.next().expect("A"), gws.next().expect("B"));
+    holder.stop().await;
+    let mut retry = ask.clone();
+    retry["requestState"] = parked;
+    retry["inputResponses"] = json!({});
+    let started = std::time::Instant::now();
+    let r = send(&b, 7, "tools/call", retry, &[]).await;
+    assert_error(&r, 200, -32602);
+    let message = r.last()["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("did not answer"), "{message}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    other.stop().await;
 }
