@@ -440,7 +440,10 @@ mod tests {
     use super::*;
 
     fn call(key: &CursorKey, caps: Value, params: Value) -> Value {
-        let modern = Modern { capabilities: caps };
+        let modern = Modern {
+            capabilities: caps,
+            log_level: None,
+        };
         let id = RawValue::from_string("7".into()).unwrap();
         let p = RawValue::from_string(params.to_string()).unwrap();
         let out = request(key, &modern, &id, "tools/call", Some(&p)).unwrap();

@@ -17,6 +17,8 @@ pub(crate) const VERSION: &str = "2026-07-28";
 pub(crate) struct Modern {
     /// `io.modelcontextprotocol/clientCapabilities` (an empty object when absent).
     pub(crate) capabilities: Value,
+    /// `io.modelcontextprotocol/logLevel`: log messages only when present.
+    pub(crate) log_level: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -44,7 +46,14 @@ impl Modern {
             .get("io.modelcontextprotocol/clientCapabilities")
             .cloned()
             .unwrap_or_else(|| json!({}));
-        Some(Modern { capabilities })
+        let log_level = meta
+            .get("io.modelcontextprotocol/logLevel")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        Some(Modern {
+            capabilities,
+            log_level,
+        })
     }
 
     /// Whether the client declared capability `name` (`elicitation`, `sampling`, `roots`).

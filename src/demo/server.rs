@@ -358,6 +358,13 @@ impl Session {
                 .ok()
                 .as_deref(),
         );
+        // No log messages for a request that did not ask for them (`_meta` logLevel).
+        let threshold = stateless
+            .log_level
+            .as_deref()
+            .and_then(|l| LOG_LEVELS.iter().position(|x| *x == l))
+            .map_or(LOG_LEVELS.len() as u8, |i| i as u8);
+        self.peer.set_log_threshold(threshold);
         if self.server.fixture
             && let Some(reply) =
                 fixture_mrtr::request(&self.server.state_key, &stateless, id, method, params)

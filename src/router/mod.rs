@@ -547,15 +547,27 @@ async fn set_level_everywhere(
     session: &Arc<LiveSession>,
     req: &Request<'_>,
 ) -> Result<Reply, GatewayError> {
+    // Upstreams on 2026-07-28 have no such method: they get the level in each request's
+    // `_meta`, from the session.
+    let level = req
+        .params
+        .and_then(|p| RawObject::parse(p).ok())
+        .and_then(|p| p.get_str("level").map(|l| l.into_owned()));
+    if let Some(level) = &level {
+        session.set_log_level(level);
+    }
     if tenant.is_transparent() {
         let upstream = &tenant.upstreams[0];
-        return forward(session, upstream, &req.method, req.params, req.id, None).await;
+        if !ensure_link(session, upstream).await?.is_stateless() {
+            return forward(session, upstream, &req.method, req.params, req.id, None).await;
+        }
     }
     let calls = tenant.upstreams.iter().map(|u| async move {
         let conn = ensure_link(session, u).await?;
-        let offers = conn
-            .server()
-            .is_some_and(|s| s.capabilities.get("logging").is_some());
+        let offers = !conn.is_stateless()
+            && conn
+                .server()
+                .is_some_and(|s| s.capabilities.get("logging").is_some());
         if offers {
             conn.call(&req.method, req.params, u.info.request_timeout)
                 .await?;

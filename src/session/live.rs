@@ -89,6 +89,8 @@ pub struct LiveSession {
     resumable: Mutex<std::collections::BTreeMap<String, UpstreamSessionRecord>>,
     /// Reaches the other replicas (their GET streams, their server-to-client requests).
     pub bus: Arc<Bus>,
+    /// The client's `logging/setLevel`, for upstreams that take it per request.
+    log_level: Mutex<Option<Arc<str>>>,
 }
 
 impl LiveSession {
@@ -136,6 +138,7 @@ impl LiveSession {
                 .map_or(0, |d| d.as_millis() as u64),
             resumable: Mutex::default(),
             bus,
+            log_level: Mutex::default(),
         }
     }
 
@@ -160,6 +163,7 @@ impl LiveSession {
         s.transport = record.transport;
         s.initialized = AtomicBool::new(record.initialized);
         s.resumable = Mutex::new(record.upstream_sessions);
+        s.log_level = Mutex::new(record.log_level.map(Arc::from));
         s
     }
 
@@ -188,7 +192,21 @@ impl LiveSession {
             upstream_sessions,
             created_at_ms: self.created_at_ms,
             transport: self.transport,
+            log_level: self.log_level().map(|l| l.to_string()),
         }
+    }
+
+    /// The level of `logging/setLevel`, if the client set one.
+    pub fn log_level(&self) -> Option<Arc<str>> {
+        self.log_level.lock().ok()?.clone()
+    }
+
+    /// Records the client's `logging/setLevel` (written back to the store).
+    pub fn set_log_level(&self, level: &str) {
+        if let Ok(mut l) = self.log_level.lock() {
+            *l = Some(level.into());
+        }
+        self.mark_dirty();
     }
 
     /// The upstream session to continue for `upstream`, if another replica opened one.

@@ -144,6 +144,7 @@ mod tests {
 
     fn record() -> SessionRecord {
         SessionRecord {
+            log_level: None,
             protocol_version: "2025-11-25".into(),
             client_capabilities: json!({}),
             client_info: json!({"name": "c"}),

@@ -22,6 +22,10 @@ pub struct SessionRecord {
     pub upstream_sessions: BTreeMap<String, UpstreamSessionRecord>,
     /// Milliseconds since the Unix epoch.
     pub created_at_ms: u64,
+    /// The level the client set with `logging/setLevel`, sent in `_meta` to upstreams that
+    /// speak 2026-07-28 (which have no such method).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_level: Option<String>,
     /// How the client reaches the session (absent in records of Streamable HTTP sessions).
     #[serde(default, skip_serializing_if = "ClientTransport::is_streamable_http")]
     pub transport: ClientTransport,

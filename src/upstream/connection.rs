@@ -248,6 +248,9 @@ impl Connection {
         Some(StatelessMeta {
             capabilities: jsonrpc::raw_json(capabilities),
             client_info: jsonrpc::raw_json(client_info),
+            log_level: session
+                .and_then(LiveSession::log_level)
+                .map(|l| jsonrpc::raw_string(&l)),
         })
     }
 
@@ -861,6 +864,8 @@ fn deliver_failure(pending: Pending, err: GatewayError) {
 struct StatelessMeta {
     capabilities: Box<RawValue>,
     client_info: Box<RawValue>,
+    /// The session client's `logging/setLevel`, as `logLevel`.
+    log_level: Option<Box<RawValue>>,
 }
 
 /// Parses an id the gateway issued on an upstream link (a plain non-negative integer).
@@ -925,6 +930,9 @@ fn rewrite_meta(
             meta.set(modern::meta::PROTOCOL_VERSION, version);
             meta.set(modern::meta::CLIENT_CAPABILITIES, st.capabilities.clone());
             meta.set(modern::meta::CLIENT_INFO, st.client_info.clone());
+            if let Some(level) = &st.log_level {
+                meta.set(modern::meta::LOG_LEVEL, level.clone());
+            }
         }
     }
     let meta = meta.to_raw();

@@ -39,6 +39,7 @@ fn record() -> SessionRecord {
         },
     );
     SessionRecord {
+        log_level: None,
         protocol_version: "2025-11-25".into(),
         client_capabilities: json!({"sampling": {}, "roots": {"listChanged": true}}),
         client_info: json!({"name": "suite", "version": "0"}),

@@ -189,3 +189,47 @@ async fn a_session_based_client_goes_through_multi_round_input_of_a_stateless_st
     );
     gw.stop().await;
 }
+
+/// A session-based client's `logging/setLevel` in front of a 2026-07-28 upstream (which has no
+/// such method): answered by the gateway, kept in the session, and sent as `_meta` logLevel on
+/// every request, so the upstream logs only when (and at the level) the client asked.
+#[tokio::test]
+async fn log_level_reaches_a_stateless_upstream_in_meta() {
+    let peer = HttpPeer::demo(free_port(), &["--conformance", "--stateless"]).await;
+    let gw = TestGateway::start(config(vec![tenant(
+        "lv",
+        vec![upstream("fixture", http(&peer.url()))],
+    )]))
+    .await;
+    let mut c = RawClient::new(gw.url("lv"));
+    c.protocol_version = "2025-11-25".into();
+    c.initialize().await;
+    let logs = |r: &crate::support::client::Reply| {
+        r.messages
+            .iter()
+            .filter(|m| m["method"] == "notifications/message")
+            .count()
+    };
+    let call = || c.call_tool("test_tool_with_logging", json!({}));
+
+    // Not asked for: the upstream sends no log messages.
+    let r = call().await;
+    assert!(r.last()["result"].is_object(), "{:?}", r.messages);
+    assert_eq!(logs(&r), 0, "{:?}", r.messages);
+    // Asked for at info: the three info messages come on the call's stream.
+    let r = c
+        .request("logging/setLevel", json!({"level": "info"}))
+        .await;
+    assert_eq!(r.last()["result"], json!({}), "{:?}", r.last());
+    let r = call().await;
+    assert_eq!(logs(&r), 3, "{:?}", r.messages);
+    // Above info: none again.
+    let r = c
+        .request("logging/setLevel", json!({"level": "error"}))
+        .await;
+    assert_eq!(r.last()["result"], json!({}), "{:?}", r.last());
+    let r = call().await;
+    assert_eq!(logs(&r), 0, "{:?}", r.messages);
+    gw.stop().await;
+    peer.kill().await;
+}
