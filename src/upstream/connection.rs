@@ -95,6 +95,8 @@ pub struct Connection {
     /// The upstream speaks the stateless revision (or is being probed for it): requests carry
     /// the revision's `_meta` and headers, and `input_required` results are handled.
     stateless: AtomicBool,
+    /// The gateway's own `subscriptions/listen` is kept open on this (stateless) connection.
+    pub(super) subscribed: AtomicBool,
     pub(crate) init_params: InitParams,
     pub(crate) link: Link,
     owner: Owner,
@@ -116,6 +118,7 @@ impl Connection {
             subscriptions: Default::default(),
             server: RwLock::new(None),
             stateless: AtomicBool::new(false),
+            subscribed: AtomicBool::new(false),
             init_params,
             link,
             owner,
@@ -381,6 +384,29 @@ impl Connection {
             outcome,
         );
         reply
+    }
+
+    /// Sends a request of the gateway's own whose answer may never come (a subscription): the
+    /// receiver gets it, and nothing holds the connection while it waits.
+    pub(super) async fn open_internal(
+        self: &Arc<Self>,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<oneshot::Receiver<Result<InternalReply, GatewayError>>, GatewayError> {
+        self.ready(self.info.init_timeout).await?;
+        let stateless = self.stateless_meta(None);
+        let replaced = rewrite_meta(params, 0, None, stateless.as_ref())?.0;
+        let params = replaced.as_deref().or(params);
+        let id = self.allocate_id();
+        let (tx, rx) = oneshot::channel();
+        self.pending.insert(id, Pending::Internal(tx));
+        let mcp = self.mcp_headers(method, params);
+        let bytes = jsonrpc::request(&jsonrpc::raw_u64(id), method, params);
+        if let Err(e) = self.send_request(id, bytes, None, mcp).await {
+            self.pending.remove(&id);
+            return Err(e);
+        }
+        Ok(rx)
     }
 
     /// Like [`Connection::call`] but without waiting for readiness: the handshake itself.
@@ -664,6 +690,10 @@ impl Connection {
         }
         if n.method == "notifications/cancelled" {
             self.on_upstream_cancelled(n, related);
+            return;
+        }
+        if n.method == "notifications/subscriptions/acknowledged" {
+            // The gateway's own subscription (`subscribe.rs`): nothing for a client.
             return;
         }
         let related = self.infer_related(related);

@@ -90,6 +90,11 @@ pub async fn connect(
         match discover(conn, params, timeout.min(PROBE_TIMEOUT)).await? {
             Some(server) => {
                 era.set(STATELESS);
+                if matches!(conn.link, super::Link::Stdio(_)) {
+                    // Stdio relays everything the upstream says: on this revision, list
+                    // changes come only to a subscriber.
+                    conn.subscribe();
+                }
                 return Ok(server);
             }
             None => era.set(SESSION_BASED),

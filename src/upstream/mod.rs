@@ -14,6 +14,7 @@ mod retry;
 pub mod sse;
 mod stdio;
 mod stream;
+mod subscribe;
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -380,9 +381,14 @@ fn start_stdio(conn: &Arc<Connection>) {
 }
 
 impl Connection {
-    /// Starts relaying the upstream's own stream of unsolicited messages (HTTP GET stream).
-    /// Stdio upstreams always relay; this is a no-op for them.
+    /// Starts relaying the upstream's own stream of unsolicited messages (HTTP GET stream,
+    /// or the gateway's `subscriptions/listen` on a stateless upstream). Stdio upstreams
+    /// always relay; this is a no-op for them.
     pub fn listen(self: &Arc<Self>) {
+        if self.is_stateless() {
+            self.subscribe();
+            return;
+        }
         if let Link::Http(l) = &self.link {
             l.listen(self);
         }

@@ -212,7 +212,11 @@ async fn three_replicas_continue_one_upstream_session_and_delete_ends_it_everywh
 }
 
 /// Reads an SSE response until a data line contains `needle` or `limit` passes.
-async fn read_until(resp: &mut reqwest::Response, needle: &str, limit: Duration) -> Option<String> {
+pub(crate) async fn read_until(
+    resp: &mut reqwest::Response,
+    needle: &str,
+    limit: Duration,
+) -> Option<String> {
     let deadline = tokio::time::Instant::now() + limit;
     let mut seen = String::new();
     loop {

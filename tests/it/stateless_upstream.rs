@@ -233,3 +233,61 @@ async fn log_level_reaches_a_stateless_upstream_in_meta() {
     gw.stop().await;
     peer.kill().await;
 }
+
+/// A 2026-07-28 upstream has no GET stream: the gateway keeps a `subscriptions/listen` open
+/// on it while its clients listen, so a tool added at run time reaches a session-based
+/// client's GET stream as `notifications/tools/list_changed` and the cached list is
+/// refreshed.
+#[tokio::test]
+async fn list_changes_of_a_stateless_upstream_reach_listening_clients() {
+    let peer = HttpPeer::python_server(free_port()).await;
+    let gw = TestGateway::start(config(vec![tenant(
+        "py",
+        vec![upstream("py", http(&peer.url()))],
+    )]))
+    .await;
+    let mut c = RawClient::new(gw.url("py"));
+    c.protocol_version = "2025-11-25".into();
+    c.initialize().await;
+    let before =
+        crate::support::client::tool_names(c.request("tools/list", json!({})).await.last());
+    assert!(
+        before.contains("add-tool") && !before.contains("fresh"),
+        "{before:?}"
+    );
+    let headers: Vec<(&str, String)> = c
+        .standard_headers()
+        .into_iter()
+        .map(|(k, v)| {
+            if k == "accept" {
+                (k, "text/event-stream".to_owned())
+            } else {
+                (k, v)
+            }
+        })
+        .collect();
+    let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut stream = c.get_stream(&h).await;
+    assert_eq!(stream.status(), 200);
+    // The subscription is opened when the client starts listening: give it a moment.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let r = c.call_tool("add-tool", json!({"name": "fresh"})).await;
+    assert!(r.last()["result"].is_object(), "{:?}", r.last());
+    let line = crate::cluster::read_until(
+        &mut stream,
+        "notifications/tools/list_changed",
+        std::time::Duration::from_secs(10),
+    )
+    .await;
+    assert!(line.is_some(), "no list_changed on the GET stream");
+    let after = crate::support::client::tool_names(c.request("tools/list", json!({})).await.last());
+    assert!(after.contains("fresh"), "{after:?}");
+    let r = c.call_tool("fresh", json!({})).await;
+    assert!(
+        r.last().to_string().contains("fresh called"),
+        "{:?}",
+        r.last()
+    );
+    gw.stop().await;
+    peer.kill().await;
+}

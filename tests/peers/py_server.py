@@ -9,7 +9,10 @@ Streamable HTTP at http://127.0.0.1:N/mcp. Tools:
 - `trigger-elicitation-request` asks the user for a name, `trigger-sampling-request {prompt}`
   asks the client's LLM. Both ask through the SDK's resolvers: on 2026-07-28 the answer is an
   `input_required` result the client retries with `inputResponses`, on earlier revisions a
-  server-to-client request in the middle of the call.
+  server-to-client request in the middle of the call;
+- `add-tool {name}` registers a tool `name` (answering "<name> called") and tells
+  `subscriptions/listen` subscribers (and, on earlier revisions, the session) that the tool
+  list changed.
 Logs `ready on port N` on stderr once it listens.
 """
 
@@ -19,7 +22,7 @@ import sys
 from typing import Annotated
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.resolve import Elicit, Resolve, Sample
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import CreateMessageResult, SamplingMessage, TextContent
@@ -66,6 +69,16 @@ def trigger_sampling(
     content = sampled.content if isinstance(sampled.content, list) else [sampled.content]
     text = next((c.text for c in content if getattr(c, "type", None) == "text"), "")
     return f"LLM sampling result: {text}"
+
+
+@server.tool(name="add-tool", description="Adds a tool and says the tool list changed.")
+async def add_tool(name: str, ctx: Context) -> str:
+    def added() -> str:
+        return f"{name} called"
+
+    server.add_tool(added, name=name, description="Added at run time.")
+    await ctx.notify_tools_changed()
+    return f"added {name}"
 
 
 def main() -> int:
