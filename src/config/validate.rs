@@ -339,6 +339,33 @@ fn redis_store(checker: &mut Checker<'_>, parent: &Loc, raw: &RawRedis) -> Optio
     })
 }
 
+/// The paths below each tenant endpoint that serve the 2024-11-05 HTTP+SSE transport
+/// (`http/legacy_sse.rs`): no other tenant may have them as its endpoint.
+const LEGACY_SUFFIXES: [&str; 2] = ["/sse", "/messages"];
+
+/// Reports a tenant path that is another tenant's 2024-11-05 path, or whose 2024-11-05 paths
+/// are another tenant's endpoint (either way, one tenant would shadow the other).
+fn no_shadowing(checker: &mut Checker<'_>, paths: &Seen, (path, shown): (&str, &str), loc: &Loc) {
+    for suffix in LEGACY_SUFFIXES {
+        if let Some(first) = paths.get(&format!("{path}{suffix}")) {
+            checker.error(
+                loc,
+                format!(
+                    "tenant path {shown} serves the 2024-11-05 transport at `<path>{suffix}`, which is the path of the tenant at {first}"
+                ),
+            );
+        }
+        if let Some(first) = path.strip_suffix(suffix).and_then(|base| paths.get(base)) {
+            checker.error(
+                loc,
+                format!(
+                    "tenant path {shown} is the 2024-11-05 `{suffix}` path of the tenant at {first}"
+                ),
+            );
+        }
+    }
+}
+
 /// First definitions of names/paths seen so far: value → where (`line 3`, with a note).
 pub(super) type Seen = HashMap<String, String>;
 
@@ -443,6 +470,7 @@ fn tenant(
                     true => (HIDDEN_VALUE.to_owned(), HIDDEN_VALUE.to_owned()),
                 };
                 let note = format!("the default path of tenant {shown_name}");
+                no_shadowing(checker, paths, (&path, &shown_path), &item.loc);
                 unique(
                     checker,
                     paths,
@@ -456,6 +484,7 @@ fn tenant(
         }),
         Some(sp) => sp.get().and_then(|path| match rules::tenant_path(path) {
             Ok(()) => {
+                no_shadowing(checker, paths, (path, &shown(sp)), &sp.loc);
                 unique(
                     checker,
                     paths,

@@ -454,3 +454,28 @@ fn load_reads_files_and_sets_source() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_tenant_path_may_not_shadow_another_tenants_2024_11_05_paths() {
+    let text = r#"tenants:
+  - name: a
+    path: /x/mcp
+    upstreams: [{name: u, stdio: {command: x}}]
+  - name: b
+    path: /x/mcp/sse
+    upstreams: [{name: u, stdio: {command: x}}]
+  - name: c
+    path: /y/mcp/messages
+    upstreams: [{name: u, stdio: {command: x}}]
+  - name: d
+    path: /y/mcp
+    upstreams: [{name: u, stdio: {command: x}}]
+"#;
+    assert_eq!(
+        errors(text),
+        vec![
+            "t.yaml:6:11: tenants[1].path: tenant path \"/x/mcp/sse\" is the 2024-11-05 `/sse` path of the tenant at line 3",
+            "t.yaml:12:11: tenants[3].path: tenant path \"/y/mcp\" serves the 2024-11-05 transport at `<path>/messages`, which is the path of the tenant at line 9",
+        ]
+    );
+}
