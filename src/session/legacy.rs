@@ -50,6 +50,13 @@ impl LegacyStreams {
             .is_some_and(|s| *s.user == *user && !s.initializing.swap(true, Ordering::AcqRel))
     }
 
+    /// Whether an `initialize` of the stream's session is running or done on this replica.
+    pub fn is_initializing(&self, id: &SessionId) -> bool {
+        self.streams
+            .get(id)
+            .is_some_and(|s| s.initializing.load(Ordering::Acquire))
+    }
+
     /// An `initialize` failed: the client may try again.
     pub fn initialize_failed(&self, id: &SessionId) {
         if let Some(s) = self.streams.get(id) {

@@ -440,3 +440,27 @@ async fn stream_on_one_replica_messages_on_another() {
     a.stop().await;
     b.stop().await;
 }
+
+/// A stream whose client never sends `initialize` is closed after the session idle time; an
+/// initialized one stays open and in use.
+#[tokio::test]
+async fn a_stream_never_initialized_is_closed_after_the_idle_time() {
+    let mut cfg = config(vec![demo_tenant("idle", StdioSharing::Shared)]);
+    cfg.sessions.ttl = Duration::from_secs(1);
+    let gw = TestGateway::start(cfg).await;
+    let url = gw.url("idle");
+    let mut silent = LegacyClient::connect(&url, None).await;
+    let mut used = LegacyClient::connect(&url, None).await;
+    used.initialize("2024-11-05").await;
+    let started = std::time::Instant::now();
+    assert!(silent.ended().await, "the silent stream was not closed");
+    assert!(started.elapsed() < Duration::from_secs(8));
+    let (reply, _) = used
+        .request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"message": "still here"}}),
+        )
+        .await;
+    assert_eq!(text(&reply), "still here");
+    gw.stop().await;
+}
