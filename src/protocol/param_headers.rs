@@ -279,16 +279,20 @@ const SUBSCHEMA_MAP: &[&str] = &[
     "dependencies",
 ];
 
+/// The `properties` keys leading to a schema position; `None` off that chain.
+type PropertyPath = Option<Vec<String>>;
+
 /// Every schema position under `root` with the chain of `properties` keys leading to it, or
 /// `None` once another keyword was crossed. Data keywords (`const`, `enum`, `default`,
 /// `examples`) are not entered and `$ref` is not followed. An explicit stack bounds the walk.
-fn schema_positions(root: &Value) -> Vec<(Option<Vec<String>>, &serde_json::Map<String, Value>)> {
+fn schema_positions(root: &Value) -> Vec<(PropertyPath, &serde_json::Map<String, Value>)> {
     let mut out = Vec::new();
-    let mut stack: Vec<(Option<Vec<String>>, &Value)> = vec![(Some(Vec::new()), root)];
+    let mut stack: Vec<(PropertyPath, &Value)> = vec![(Some(Vec::new()), root)];
     while let Some((path, node)) = stack.pop() {
         let Some(schema) = node.as_object() else {
             continue;
         };
+        let mut children: Vec<(PropertyPath, &Value)> = Vec::new();
         for (keyword, value) in schema {
             let keyword = keyword.as_str();
             if keyword == "properties"
@@ -300,24 +304,26 @@ fn schema_positions(root: &Value) -> Vec<(Option<Vec<String>>, &serde_json::Map<
                         p.push(name.clone());
                         p
                     });
-                    stack.push((path, sub));
+                    children.push((path, sub));
                 }
                 continue;
             }
             if SUBSCHEMA.contains(&keyword) && value.is_object() {
-                stack.push((None, value));
+                children.push((None, value));
             }
             if SUBSCHEMA_LIST.contains(&keyword)
                 && let Some(list) = value.as_array()
             {
-                stack.extend(list.iter().map(|s| (None, s)));
+                children.extend(list.iter().map(|s| (None, s)));
             }
             if SUBSCHEMA_MAP.contains(&keyword)
                 && let Some(map) = value.as_object()
             {
-                stack.extend(map.values().map(|s| (None, s)));
+                children.extend(map.values().map(|s| (None, s)));
             }
         }
+        // Reversed onto the stack: positions come out in the schema's order.
+        stack.extend(children.into_iter().rev());
         out.push((path, schema));
     }
     out
