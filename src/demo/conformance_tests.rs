@@ -111,6 +111,7 @@ fn fixture_catalog_and_capabilities() {
             "test_missing_capability",
             "test_streaming_elicitation",
             "test_logging_tool",
+            "test_mcp_param_headers",
         ]
     );
     for t in tools["result"]["tools"].as_array().unwrap() {

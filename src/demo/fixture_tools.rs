@@ -24,6 +24,8 @@ const RECONNECTION_DELAY: Duration = Duration::from_millis(200);
 const LOGGER: &str = "conformance-fixture";
 
 const JSON_SCHEMA_2020_12_TOOL: &str = "json_schema_2020_12_tool";
+/// A tool whose arguments are mirrored into `Mcp-Param-*` headers (SEP-2243).
+const PARAM_HEADERS_TOOL: &str = "test_mcp_param_headers";
 
 /// A deferred fixture tool.
 #[derive(Debug)]
@@ -80,11 +82,29 @@ pub(crate) fn list_result(stateless: bool) -> Vec<u8> {
         tool("test_streaming_elicitation",
              "Asks the user for a username and email (elicitation/create) while it runs."),
         tool("test_logging_tool", "Sends three info log messages while it runs."),
+        {"name": PARAM_HEADERS_TOOL,
+         "description": "Echoes its arguments; over HTTP in 2026-07-28, region, priority and \
+                         verbose travel in Mcp-Param-* headers too (x-mcp-header).",
+         "inputSchema": param_headers_schema()},
     ]);
     if stateless && let Some(list) = tools.as_array_mut() {
         list.extend(super::fixture_mrtr::tools());
     }
     encode(&json!({ "tools": tools }))
+}
+
+/// One mirrored argument of each primitive type, and one that is not mirrored.
+fn param_headers_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "region": {"type": "string", "description": "Where to run", "x-mcp-header": "Region"},
+            "priority": {"type": "integer", "x-mcp-header": "Priority"},
+            "verbose": {"type": "boolean", "x-mcp-header": "Verbose"},
+            "query": {"type": "string", "description": "Not mirrored"}
+        },
+        "required": ["region"]
+    })
 }
 
 fn json_schema_2020_12() -> Value {
@@ -163,8 +183,8 @@ pub(crate) fn call(
             let text = "This tool intentionally returns an error for testing";
             return Outcome::Reply(wire::tool_text(id, text, true));
         }
-        JSON_SCHEMA_2020_12_TOOL => {
-            let text = format!("{JSON_SCHEMA_2020_12_TOOL} received arguments: {args}");
+        JSON_SCHEMA_2020_12_TOOL | PARAM_HEADERS_TOOL => {
+            let text = format!("{name} received arguments: {args}");
             return Outcome::Reply(wire::tool_text(id, &text, false));
         }
         "test_tool_with_logging" | "test_logging_tool" => FixtureJob::Logging,

@@ -124,6 +124,11 @@ async fn post(st: &HttpState, headers: &HeaderMap, body: Body) -> Response {
         && headers
             .get(VERSION_HEADER)
             .is_some_and(|v| v.as_bytes() == modern::VERSION.as_bytes());
+    if stateless
+        && let Some(reply) = modern::param_header_mismatch(&st.server.mirrored, &msg, headers)
+    {
+        return json(StatusCode::BAD_REQUEST, reply);
+    }
     let session = if stateless {
         st.server.session(Transport::Http)
     } else {

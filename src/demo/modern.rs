@@ -1,13 +1,21 @@
 //! The stateless revision (2026-07-28) in the demo server: a request whose `_meta` names that
-//! version is served without a handshake, `server/discover` answers in every era, and results
-//! of such requests carry `resultType` (and caching hints on lists and reads).
+//! version is served without a handshake, `server/discover` answers in every era, results
+//! of such requests carry `resultType` (and caching hints on lists and reads), and a tool
+//! call's `Mcp-Param-*` headers must match its arguments (`x-mcp-header`).
 
+use std::collections::HashMap;
+
+use axum::http::HeaderMap;
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
-use super::wire;
+use super::wire::{self, Message};
+use crate::protocol::param_headers::ParamHeaders;
+
+/// The JSON-RPC error of a request whose headers disagree with its body.
+const HEADER_MISMATCH: i32 = -32020;
 
 /// The stateless revision.
 pub(crate) const VERSION: &str = "2026-07-28";
@@ -60,6 +68,63 @@ impl Modern {
     pub(crate) fn has(&self, name: &str) -> bool {
         self.capabilities.get(name).is_some_and(Value::is_object)
     }
+}
+
+/// The tools of a `tools/list` result that mirror arguments into headers, by name. A tool
+/// whose annotations break the rules mirrors nothing here (the demo only lists valid ones).
+pub(crate) fn mirrored_tools(tools_list: &[u8]) -> HashMap<String, ParamHeaders> {
+    #[derive(Deserialize)]
+    struct List {
+        tools: Vec<Tool>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Tool {
+        name: String,
+        #[serde(default)]
+        input_schema: Value,
+    }
+    let Ok(list) = serde_json::from_slice::<List>(tools_list) else {
+        return HashMap::new();
+    };
+    list.tools
+        .into_iter()
+        .filter_map(|t| {
+            let headers = ParamHeaders::from_schema(&t.input_schema).ok()??;
+            Some((t.name, headers))
+        })
+        .collect()
+}
+
+/// The `HeaderMismatch` error for a stateless `tools/call` whose `Mcp-Param-*` headers do
+/// not match its arguments; `None` when they do (or the message is something else).
+pub(crate) fn param_header_mismatch(
+    mirrored: &HashMap<String, ParamHeaders>,
+    msg: &Message<'_>,
+    headers: &HeaderMap,
+) -> Option<Bytes> {
+    #[derive(Deserialize)]
+    struct Call<'a> {
+        name: String,
+        #[serde(default, borrow)]
+        arguments: Option<&'a RawValue>,
+    }
+    let Message::Request { id, method, params } = msg else {
+        return None;
+    };
+    if method != "tools/call" {
+        return None;
+    }
+    let call: Call<'_> = serde_json::from_str(params.as_ref()?.get()).ok()?;
+    let reason = mirrored
+        .get(&call.name)?
+        .check(headers, call.arguments)
+        .err()?;
+    Some(wire::error(
+        Some(id),
+        HEADER_MISMATCH,
+        &format!("Header mismatch: {reason}"),
+    ))
 }
 
 /// `server/discover`: the versions spoken, capabilities, identity and instructions.
@@ -150,6 +215,34 @@ mod tests {
         let legacy = raw(r#"{"name":"2026-07-28"}"#);
         assert!(Modern::of(Some(&legacy)).is_none());
         assert!(Modern::of(None).is_none());
+    }
+
+    #[test]
+    fn fixture_tool_calls_need_matching_param_headers() {
+        let mirrored = mirrored_tools(&crate::demo::fixture_tools::list_result(true));
+        assert_eq!(
+            mirrored.keys().collect::<Vec<_>>(),
+            ["test_mcp_param_headers"]
+        );
+        let params = raw(
+            r#"{"name":"test_mcp_param_headers","arguments":{"region":"us-west1","priority":3}}"#,
+        );
+        let id = raw("1");
+        let msg = Message::Request {
+            id: &id,
+            method: "tools/call".into(),
+            params: Some(&params),
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert("mcp-param-region", "us-west1".parse().unwrap());
+        let missing = param_header_mismatch(&mirrored, &msg, &headers).unwrap();
+        let v: Value = serde_json::from_slice(&missing).unwrap();
+        assert_eq!(v["error"]["code"], -32020, "{v}");
+        assert!(v.to_string().contains("mcp-param-priority"), "{v}");
+        headers.insert("mcp-param-priority", "3".parse().unwrap());
+        assert!(param_header_mismatch(&mirrored, &msg, &headers).is_none());
+        headers.insert("mcp-param-region", "us-east1".parse().unwrap());
+        assert!(param_header_mismatch(&mirrored, &msg, &headers).is_some());
     }
 
     #[test]

@@ -22,6 +22,7 @@ use super::peer::{LOG_LEVELS, PEER_TIMEOUT, Peer};
 use super::tools::{self, ToolRun, Transport};
 use super::wire::{self, INVALID_PARAMS, METHOD_NOT_FOUND, Message};
 use super::{catalog, fixture, fixture_mrtr, fixture_tools};
+use crate::protocol::param_headers::ParamHeaders;
 use crate::router::CursorKey;
 
 /// Protocol revisions the demo speaks, newest first.
@@ -56,6 +57,9 @@ pub(crate) struct Server {
     state_key: CursorKey,
     /// Speaking the stateless revision too.
     pub(crate) stateless: bool,
+    /// The tools that mirror arguments into `Mcp-Param-*` headers (checked on stateless HTTP
+    /// calls), read once from the tool list.
+    pub(crate) mirrored: HashMap<String, ParamHeaders>,
 }
 
 impl Server {
@@ -115,6 +119,7 @@ impl Server {
             fixture: opts.conformance,
             peer_timeout,
             init_tail,
+            mirrored: modern::mirrored_tools(&tools_list),
             tools_list,
             prompts_list,
             resources_list,

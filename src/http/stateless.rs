@@ -104,6 +104,15 @@ async fn request(
         _ => {}
     }
     let session = stateless::session_for(gateway, tenant, user).await?;
+    if req.method == "tools/call"
+        && let Some(tool) = name.as_deref()
+        && let Some(mirrored) = router::tool_param_headers(tenant, &session, principal, tool).await
+    {
+        let arguments = params.as_ref().and_then(|p| p.get("arguments"));
+        mirrored
+            .check(&parts.headers, arguments)
+            .map_err(GatewayError::HeaderMismatch)?;
+    }
     if req.method == "subscriptions/listen" {
         return Ok(listen(tenant, &session, principal, req, params.as_ref()).await);
     }
@@ -184,7 +193,8 @@ fn single<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h [u8]>, Ga
     Ok(first.map(|v| v.as_bytes()))
 }
 
-/// The mirrored headers must be present and say what the body says.
+/// The standard mirrored headers must be present and say what the body says (a tool call's
+/// `Mcp-Param-*` headers are checked once the tool's definition is found).
 fn check_headers(
     headers: &HeaderMap,
     req: &Request<'_>,

@@ -5,6 +5,7 @@ pub mod capabilities;
 pub mod lists;
 pub mod method;
 pub mod modern;
+pub mod param_headers;
 pub mod rewrite;
 pub mod tools;
 pub mod version;

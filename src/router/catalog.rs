@@ -3,7 +3,7 @@
 //! pages, in upstream order, with public names and a composite cursor that keeps every
 //! upstream's own cursor. Also the name/URI → upstream lookups that `never` prefix mode needs.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -16,6 +16,7 @@ use crate::config::FailurePolicy;
 use crate::error::GatewayError;
 use crate::jsonrpc::{self, RawObject};
 use crate::policy::Decision;
+use crate::protocol::param_headers::ParamHeaders;
 use crate::protocol::{ListKind, tools};
 use crate::session::LiveSession;
 use crate::tenant::Tenant;
@@ -207,11 +208,15 @@ async fn fetch(
         items: Vec::with_capacity(raw_items.len()),
         ids: Vec::with_capacity(raw_items.len()),
         next,
+        param_headers: HashMap::new(),
     };
     for item in raw_items {
         match public_item(upstream, kind, item) {
-            Ok((public, id)) => {
-                page.items.push(public);
+            Ok(PublicItem { item, id, headers }) => {
+                if let Some(h) = headers {
+                    page.param_headers.insert(id.clone(), Arc::new(h));
+                }
+                page.items.push(item);
                 page.ids.push(id);
             }
             Err(reason) => {
@@ -222,34 +227,69 @@ async fn fetch(
     Ok(page)
 }
 
-/// Validates an item and turns it into its public form. Returns it with the upstream's own id.
-fn public_item(
-    upstream: &Upstream,
-    kind: ListKind,
-    item: &RawValue,
-) -> Result<(Box<RawValue>, Box<str>), String> {
+/// A list item in public form.
+struct PublicItem {
+    item: Box<RawValue>,
+    /// The upstream's own identifier.
+    id: Box<str>,
+    /// A tool's mirrored arguments (`x-mcp-header`).
+    headers: Option<ParamHeaders>,
+}
+
+/// Validates an item and turns it into its public form. Only the identifier is edited (and
+/// only when it gets a prefix): what a tool's schema says passes untouched.
+fn public_item(upstream: &Upstream, kind: ListKind, item: &RawValue) -> Result<PublicItem, String> {
     let mut obj = RawObject::parse(item).map_err(|_| "not a JSON object".to_owned())?;
     let id = obj
         .get_str(kind.id_field())
         .ok_or_else(|| format!("missing `{}`", kind.id_field()))?
         .into_owned();
+    let mut headers = None;
     if kind == ListKind::Tools {
         let public = upstream.public_name(&id);
         tools::check_name(&public).map_err(|e| format!("tool {public:?}: {e}"))?;
-        let schema: Option<Value> = obj
-            .get("inputSchema")
-            .and_then(|s| serde_json::from_str(s.get()).ok());
-        tools::check_headers(schema.as_ref()).map_err(|e| format!("tool {public:?}: {e}"))?;
+        // Clients of the gateway speak Streamable HTTP, whose rules exclude a tool with an
+        // invalid annotation, whatever transport the upstream is on.
+        if let Some(schema) = obj.get("inputSchema") {
+            headers = ParamHeaders::from_raw_schema(schema)
+                .map_err(|e| format!("tool {public:?}: {e}"))?;
+        }
     }
     let public = match kind {
         ListKind::Tools | ListKind::Prompts => upstream.public_name(&id),
         ListKind::Resources | ListKind::ResourceTemplates => upstream.public_uri(&id),
     };
-    if public == id {
-        return Ok((item.to_owned(), id.into_boxed_str()));
-    }
-    obj.set(kind.id_field(), jsonrpc::raw_string(&public));
-    Ok((obj.to_raw(), id.into_boxed_str()))
+    let item = if public == id {
+        item.to_owned()
+    } else {
+        obj.set(kind.id_field(), jsonrpc::raw_string(&public));
+        obj.to_raw()
+    };
+    Ok(PublicItem {
+        item,
+        id: id.into_boxed_str(),
+        headers,
+    })
+}
+
+/// The mirrored arguments of tool `name` (the upstream's own name) of `upstream`, from its
+/// cached pages (fetched when the cache has none). `None` when the tool mirrors nothing or
+/// is not listed.
+pub async fn param_headers(
+    session: &Arc<LiveSession>,
+    upstream: &Arc<Upstream>,
+    name: &str,
+) -> Option<Arc<ParamHeaders>> {
+    let pages = match all_ids(session, upstream, ListKind::Tools).await {
+        Ok(pages) => pages,
+        Err(e) => {
+            tracing::debug!(upstream = %upstream.name(), error = %e, "tools not listed: no Mcp-Param headers known");
+            return None;
+        }
+    };
+    pages
+        .iter()
+        .find_map(|p| p.param_headers.get(name).cloned())
 }
 
 /// Every identifier `upstream` offers in list `kind` (walking its cached pages).

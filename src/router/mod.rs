@@ -22,6 +22,7 @@ use crate::cluster::{BusMessage, replica_of};
 use crate::error::GatewayError;
 use crate::jsonrpc::{self, Notification, RawObject, Request, Response};
 use crate::policy::Decision;
+use crate::protocol::param_headers::ParamHeaders;
 use crate::protocol::rewrite::ResultShape;
 use crate::protocol::{ListKind, Method};
 use crate::session::LiveSession;
@@ -277,8 +278,22 @@ async fn forward(
 ) -> Result<Reply, GatewayError> {
     let conn = ensure_link(session, upstream).await?;
     conn.ready(upstream.info.request_timeout).await?;
+    let mirror = match method {
+        // Boxed: a walk over the upstream's tool pages, kept out of other requests' futures.
+        "tools/call" if conn.mirrors_params() => {
+            Box::pin(mirrored_params(session, upstream, params)).await
+        }
+        _ => None,
+    };
     let (upstream_id, rx, span) = conn
-        .forward(method, params, client_id, Arc::downgrade(session), shape)
+        .forward(
+            method,
+            params,
+            client_id,
+            Arc::downgrade(session),
+            shape,
+            mirror,
+        )
         .await?;
     session.begin_inflight(client_id, conn.clone(), upstream_id);
     let stream = ForwardStream::new(
@@ -304,6 +319,37 @@ async fn forward(
         Some(t) => stream.audited(t),
         None => stream,
     }))
+}
+
+/// The `x-mcp-header` arguments of the tool a `tools/call` (upstream-facing `params`) names.
+async fn mirrored_params(
+    session: &Arc<LiveSession>,
+    upstream: &Arc<Upstream>,
+    params: Option<&RawValue>,
+) -> Option<Arc<ParamHeaders>> {
+    let name = RawObject::parse(params?)
+        .ok()?
+        .get_str("name")?
+        .into_owned();
+    catalog::param_headers(session, upstream, &name).await
+}
+
+/// The `x-mcp-header` arguments of public tool `name` as the gateway lists it, for checking a
+/// stateless client's `Mcp-Param-*` headers. `None` when the tool mirrors nothing, is not
+/// listed, or is not the caller's to call (the call itself then fails as it would).
+pub async fn tool_param_headers(
+    tenant: &Arc<Tenant>,
+    session: &Arc<LiveSession>,
+    principal: &Principal,
+    name: &str,
+) -> Option<Arc<ParamHeaders>> {
+    if !tenant.policies.is_empty() && tenant.policies.decide(name, principal) != Decision::Allow {
+        return None;
+    }
+    let (upstream, own) = resolve_name(tenant, session, ListKind::Tools, name)
+        .await
+        .ok()?;
+    Box::pin(catalog::param_headers(session, upstream, &own)).await
 }
 
 async fn list(

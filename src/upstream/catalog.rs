@@ -2,6 +2,7 @@
 //! the public form clients see, keyed by the client capabilities they were fetched with and the
 //! upstream cursor. Dropped on `list_changed`, on upstream re-initialization, and after a TTL.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -10,6 +11,7 @@ use dashmap::DashMap;
 use serde_json::value::RawValue;
 
 use crate::protocol::ListKind;
+use crate::protocol::param_headers::ParamHeaders;
 
 /// How long a page is trusted without a `list_changed` (for upstreams that never send one).
 pub const PAGE_TTL: Duration = Duration::from_secs(300);
@@ -23,6 +25,9 @@ pub struct Page {
     pub ids: Vec<Box<str>>,
     /// The upstream's cursor for the next page.
     pub next: Option<Box<str>>,
+    /// The tools of the page that mirror arguments into `Mcp-Param-*` headers, by the
+    /// upstream's own name: read from their `inputSchema` once, when the page is fetched.
+    pub param_headers: HashMap<Box<str>, Arc<ParamHeaders>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -19,6 +19,7 @@ use super::stdio::StdioLink;
 use super::{StreamEvent, UpstreamInfo};
 use crate::error::GatewayError;
 use crate::jsonrpc::{self, Message, Notification, Outcome, OwnedId, RawObject, Request};
+use crate::protocol::param_headers::ParamHeaders;
 use crate::protocol::rewrite::{self, ResultShape};
 use crate::protocol::{ListKind, ProtocolVersion, modern};
 use crate::session::{LiveSession, ServerRequestRoute};
@@ -77,6 +78,9 @@ pub(super) struct ForwardSlot {
     shape: Option<ResultShape>,
     /// The request as the client sent it, kept when the gateway must retry it itself.
     pub(super) retry: Option<super::retry::Original>,
+    /// The called tool's mirrored arguments (`x-mcp-header`), for the `Mcp-Param-*` headers
+    /// of every attempt on a stateless HTTP link.
+    mirror: Option<Arc<ParamHeaders>>,
 }
 
 pub struct Connection {
@@ -257,11 +261,22 @@ impl Connection {
         })
     }
 
-    fn mcp_headers(&self, method: &str, params: Option<&RawValue>) -> Option<McpHeaders> {
+    fn mcp_headers(
+        &self,
+        method: &str,
+        params: Option<&RawValue>,
+        mirror: Option<&ParamHeaders>,
+    ) -> Option<McpHeaders> {
         match &self.link {
-            Link::Http(_) if self.is_stateless() => McpHeaders::of(method, params),
+            Link::Http(_) if self.is_stateless() => McpHeaders::of(method, params, mirror),
             _ => None,
         }
+    }
+
+    /// Whether requests on this link mirror tool arguments into `Mcp-Param-*` headers: an
+    /// HTTP upstream of the stateless revision.
+    pub fn mirrors_params(&self) -> bool {
+        matches!(self.link, Link::Http(_)) && self.is_stateless()
     }
 
     /// Waits until the link can carry requests (bounded), or fails with a clear reason. An
@@ -281,6 +296,7 @@ impl Connection {
     /// Forwards a client request. Returns the upstream id, the stream of events for it and the
     /// call's span (to be held until the answer). The client's `progressToken` is replaced by
     /// the upstream id so progress can be routed; the call's trace context goes in `_meta`.
+    /// `mirror` is the called tool's `x-mcp-header` arguments (see [`Connection::mirrors_params`]).
     pub async fn forward(
         self: &Arc<Self>,
         method: &str,
@@ -288,6 +304,7 @@ impl Connection {
         client_id: &RawValue,
         session: Weak<LiveSession>,
         shape: Option<ResultShape>,
+        mirror: Option<Arc<ParamHeaders>>,
     ) -> Result<(u64, mpsc::UnboundedReceiver<StreamEvent>, tracing::Span), GatewayError> {
         let span = telemetry::upstream_span(&self.info.tenant, &self.info.name, method);
         let trace = telemetry::outgoing(&span);
@@ -311,6 +328,7 @@ impl Connection {
             session,
             shape: shape.filter(|_| self.info.uri_prefix.is_some()),
             retry,
+            mirror,
         };
         let id = self
             .send_forward(slot, method, params, live.as_deref(), trace)
@@ -337,7 +355,7 @@ impl Connection {
         if slot.client_token.is_none() {
             slot.client_token = client_token;
         }
-        let mcp = self.mcp_headers(method, params);
+        let mcp = self.mcp_headers(method, params, slot.mirror.as_deref());
         self.pending.insert(id, Pending::Forward(slot));
         let bytes = jsonrpc::request(&jsonrpc::raw_u64(id), method, params);
         if let Err(e) = self.send_request(id, bytes, trace, mcp).await {
@@ -400,7 +418,7 @@ impl Connection {
         let id = self.allocate_id();
         let (tx, rx) = oneshot::channel();
         self.pending.insert(id, Pending::Internal(tx));
-        let mcp = self.mcp_headers(method, params);
+        let mcp = self.mcp_headers(method, params, None);
         let bytes = jsonrpc::request(&jsonrpc::raw_u64(id), method, params);
         if let Err(e) = self.send_request(id, bytes, None, mcp).await {
             self.pending.remove(&id);
@@ -429,7 +447,7 @@ impl Connection {
         let id = self.allocate_id();
         let (tx, rx) = oneshot::channel();
         self.pending.insert(id, Pending::Internal(tx));
-        let mcp = self.mcp_headers(method, params);
+        let mcp = self.mcp_headers(method, params, None);
         let bytes = jsonrpc::request(&jsonrpc::raw_u64(id), method, params);
         if let Err(e) = self.send_request(id, bytes, trace, mcp).await {
             self.pending.remove(&id);

@@ -16,6 +16,7 @@ use super::handshake;
 use super::http_client::{OriginClient, Response};
 use super::sse::SseParser;
 use crate::error::GatewayError;
+use crate::protocol::param_headers::ParamHeaders;
 use crate::protocol::{ProtocolVersion, header};
 use crate::session::UpstreamSessionRecord;
 use crate::telemetry::Propagation;
@@ -24,15 +25,21 @@ use crate::telemetry::Propagation;
 const ANSWERED_HTTP: &str = "it answered HTTP ";
 pub(super) const CLIENT_ERROR_STATUS: &str = "it answered HTTP 4";
 
-/// The headers a request of the stateless revision mirrors from its body: `Mcp-Method`, and
-/// `Mcp-Name` for the methods that target a name or URI.
+/// The headers a request of the stateless revision mirrors from its body: `Mcp-Method`,
+/// `Mcp-Name` for the methods that target a name or URI, and a tool call's `Mcp-Param-*`.
 pub struct McpHeaders {
     method: HeaderValue,
     name: Option<HeaderValue>,
+    params: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl McpHeaders {
-    pub fn of(method: &str, params: Option<&serde_json::value::RawValue>) -> Option<McpHeaders> {
+    /// `mirror`: the called tool's `x-mcp-header` arguments, for a `tools/call`.
+    pub fn of(
+        method: &str,
+        params: Option<&serde_json::value::RawValue>,
+        mirror: Option<&ParamHeaders>,
+    ) -> Option<McpHeaders> {
         let field = match method {
             "tools/call" | "prompts/get" => Some("name"),
             "resources/read" => Some("uri"),
@@ -48,9 +55,17 @@ impl McpHeaders {
             .and_then(|v| {
                 HeaderValue::from_str(&crate::protocol::modern::encode_header_value(&v)).ok()
             });
+        let arguments = mirror
+            .filter(|_| method == "tools/call")
+            .and_then(|m| {
+                let params = crate::jsonrpc::RawObject::parse(params?).ok()?;
+                Some(m.values(params.get("arguments")))
+            })
+            .unwrap_or_default();
         Some(McpHeaders {
             method: HeaderValue::from_str(method).ok()?,
             name,
+            params: arguments,
         })
     }
 }
@@ -193,6 +208,9 @@ impl HttpLink {
             headers.insert(HeaderName::from_static(header::METHOD), m.method.clone());
             if let Some(n) = &m.name {
                 headers.insert(HeaderName::from_static(header::NAME), n.clone());
+            }
+            for (name, value) in &m.params {
+                headers.insert(name.clone(), value.clone());
             }
         }
         if let Some(t) = trace {

@@ -14,6 +14,7 @@ mod legacy_sse;
 mod metrics;
 mod oidc_harness;
 mod origin_host;
+mod param_headers;
 mod process;
 mod reload;
 mod resume;
