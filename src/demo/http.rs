@@ -150,6 +150,7 @@ async fn post(st: &HttpState, headers: &HeaderMap, body: Body) -> Response {
     }
     let is_request = msg.is_request();
     match session.handle(msg) {
+        Outcome::Reply(reply) if is_request && stateless => json(modern_status(&reply), reply),
         Outcome::Reply(reply) if is_request => json(StatusCode::OK, reply),
         Outcome::Reply(_) | Outcome::Nothing => empty(StatusCode::ACCEPTED),
         Outcome::Deferred(work) if work.streams() => {
@@ -290,6 +291,29 @@ fn empty(status: StatusCode) -> Response {
     let mut resp = Response::new(Body::empty());
     *resp.status_mut() = status;
     resp
+}
+
+/// The HTTP status of a stateless (2026-07-28) answer: method not found is 404, a header
+/// mismatch, missing capability or unsupported version 400, anything else 200.
+fn modern_status(reply: &[u8]) -> StatusCode {
+    #[derive(serde::Deserialize)]
+    struct Reply {
+        error: Option<Code>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Code {
+        code: i64,
+    }
+    match serde_json::from_slice::<Reply>(reply)
+        .ok()
+        .and_then(|r| r.error)
+    {
+        Some(Code { code: -32601 }) => StatusCode::NOT_FOUND,
+        Some(Code {
+            code: -32022..=-32020,
+        }) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    }
 }
 
 fn json(status: StatusCode, body: Bytes) -> Response {

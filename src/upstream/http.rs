@@ -291,8 +291,43 @@ impl HttpLink {
                 Box::pin(self.reinitialize(conn, generation)).await?;
                 continue;
             }
+            if status.is_client_error()
+                && !matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN)
+                && !is_event_stream(resp.headers())
+            {
+                // A JSON-RPC error for this request sent with a 4xx status (2026-07-28 answers
+                // -32020/-32021/-32022 with 400 and -32601 with 404): the request's answer.
+                return self.error_answer(conn, id, resp).await;
+            }
             return Err(status_error(upstream, resp).await);
         }
+    }
+
+    /// The body of a 4xx answer: routed as the request's response when it is a JSON-RPC
+    /// response with the request's id, else the status error.
+    async fn error_answer(
+        &self,
+        conn: &Arc<Connection>,
+        id: u64,
+        mut resp: Response,
+    ) -> Result<(), GatewayError> {
+        let upstream = conn.upstream_name();
+        let status = resp.status();
+        let body = read_body(&mut resp, self.max_message, upstream).await?;
+        let answers = matches!(
+            crate::jsonrpc::parse(&body),
+            Ok(crate::jsonrpc::Message::Response(r)) if r.id.get() == id.to_string()
+        );
+        if answers {
+            conn.on_message(body, Some(id));
+            return Ok(());
+        }
+        let snippet = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
+        tracing::warn!(upstream, %status, body = %snippet, "upstream answered with an error status");
+        Err(unavailable(
+            upstream,
+            format!("{ANSWERED_HTTP}{}", status.as_u16()),
+        ))
     }
 
     /// Reads a JSON or SSE answer and routes every message in it.

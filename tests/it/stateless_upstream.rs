@@ -230,6 +230,10 @@ async fn log_level_reaches_a_stateless_upstream_in_meta() {
     assert_eq!(r.last()["result"], json!({}), "{:?}", r.last());
     let r = call().await;
     assert_eq!(logs(&r), 0, "{:?}", r.messages);
+    // An error the upstream answers with a 4xx status (404 for an unknown method on this
+    // revision) is the request's answer, not an unavailable upstream.
+    let r = c.request("no/such/method", json!({})).await;
+    assert_eq!(r.error_code(), Some(-32601), "{:?}", r.last());
     gw.stop().await;
     peer.kill().await;
 }
