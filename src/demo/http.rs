@@ -155,9 +155,24 @@ async fn post(st: &HttpState, headers: &HeaderMap, body: Body) -> Response {
         Outcome::Reply(_) | Outcome::Nothing => empty(StatusCode::ACCEPTED),
         Outcome::Deferred(work) if work.streams() => {
             let (tx, rx) = mpsc::channel::<Bytes>(16);
+            let server = st.server.clone();
             tokio::spawn(async move {
-                if let Some(reply) = work.run(Some(&tx)).await {
-                    let _ = tx.send(reply).await;
+                if !stateless {
+                    if let Some(reply) = work.run(Some(&tx)).await {
+                        let _ = tx.send(reply).await;
+                    }
+                    return;
+                }
+                // The stateless revision: the client closing the stream cancels the request.
+                tokio::select! {
+                    reply = work.run(Some(&tx)) => {
+                        if let Some(reply) = reply {
+                            let _ = tx.send(reply).await;
+                        }
+                    }
+                    () = tx.closed() => {
+                        server.trace_note(serde_json::json!({"cancelled_by_disconnect": true}));
+                    }
                 }
             });
             sse(Body::from_stream(futures_util::stream::unfold(

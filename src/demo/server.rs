@@ -174,6 +174,16 @@ impl Server {
     }
 }
 
+impl Server {
+    /// With a trace file, records an event that is not a message (e.g. a request cancelled
+    /// by its client closing the stream).
+    pub(crate) fn trace_note(&self, note: serde_json::Value) {
+        if let Some(trace) = &self.trace {
+            write_trace(trace, note.to_string().as_bytes());
+        }
+    }
+}
+
 /// One JSON document per line; documents spanning lines are re-encoded compactly.
 fn write_trace(trace: &Mutex<File>, bytes: &[u8]) {
     let bytes = bytes.trim_ascii();

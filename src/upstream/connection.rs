@@ -542,6 +542,13 @@ impl Connection {
         if self.pending.remove(&id).is_none() {
             return;
         }
+        if let Link::Http(l) = &self.link
+            && self.is_stateless()
+        {
+            // 2026-07-28 over HTTP: closing the request's response stream is the cancellation.
+            l.abort(id);
+            return;
+        }
         let params = serde_json::json!({ "requestId": id, "reason": reason }).to_string();
         let conn = self.clone();
         tokio::spawn(async move {

@@ -95,6 +95,9 @@ pub struct HttpLink {
     exchange_timeout: Duration,
     init_timeout: Duration,
     max_message: usize,
+    /// The exchanges of a stateless (2026-07-28) link, by request id: on that revision,
+    /// closing a request's response stream is how it is cancelled.
+    exchanges: dashmap::DashMap<u64, tokio::sync::oneshot::Sender<()>>,
 }
 
 impl HttpLink {
@@ -118,7 +121,15 @@ impl HttpLink {
             exchange_timeout: max_request_timeout + EXCHANGE_SLACK,
             init_timeout,
             max_message,
+            exchanges: dashmap::DashMap::with_shard_amount(4),
         }
+    }
+
+    /// Cancels a request of a stateless link by closing its exchange (its response stream);
+    /// `false` when it has none here.
+    pub fn abort(&self, id: u64) -> bool {
+        // Dropping the sender ends the exchange, and with it the response stream.
+        self.exchanges.remove(&id).is_some()
     }
 
     /// The upstream's session id, if it issued one.
@@ -241,11 +252,28 @@ impl HttpLink {
         trace: Option<Propagation>,
         mcp: Option<McpHeaders>,
     ) {
+        let cancelled = conn.is_stateless().then(|| {
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            self.exchanges.insert(id, tx);
+            rx
+        });
         tokio::spawn(async move {
             let link = http_link(&conn);
             // The whole exchange, the answer's stream included, is bounded.
             let exchange = link.exchange(&conn, id, body, trace.as_ref(), mcp.as_ref());
-            let failed = match tokio::time::timeout(link.exchange_timeout, exchange).await {
+            let bounded = tokio::time::timeout(link.exchange_timeout, exchange);
+            let outcome = match cancelled {
+                Some(rx) => tokio::select! {
+                    o = bounded => {
+                        link.exchanges.remove(&id);
+                        o
+                    }
+                    // Cancelled (`abort`): the response stream is dropped here.
+                    _ = rx => return,
+                },
+                None => bounded.await,
+            };
+            let failed = match outcome {
                 Ok(r) => r.err(),
                 Err(_) => Some(closed(
                     conn.upstream_name(),

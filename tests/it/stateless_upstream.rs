@@ -295,3 +295,61 @@ async fn list_changes_of_a_stateless_upstream_reach_listening_clients() {
     gw.stop().await;
     peer.kill().await;
 }
+
+/// On 2026-07-28 over HTTP, closing a request's response stream is its cancellation: a
+/// session-based client's `notifications/cancelled` makes the gateway drop the upstream
+/// exchange (the upstream sees the disconnect), and no `notifications/cancelled` is posted.
+#[tokio::test]
+async fn cancelling_towards_a_stateless_http_upstream_closes_its_stream() {
+    let dir = crate::support::TempDir::new("cancel-stateless");
+    let trace = dir.path("trace.jsonl");
+    let trace_arg = trace.display().to_string();
+    let peer = HttpPeer::demo(free_port(), &["--stateless", "--trace", &trace_arg]).await;
+    let gw = TestGateway::start(config(vec![tenant(
+        "cx",
+        vec![upstream("demo", http(&peer.url()))],
+    )]))
+    .await;
+    let mut c = RawClient::new(gw.url("cx"));
+    c.protocol_version = "2025-11-25".into();
+    c.initialize().await;
+    let call = json!({"jsonrpc": "2.0", "id": 50, "method": "tools/call", "params": {
+        "name": "sleep", "arguments": {"ms": 20000, "steps": 200},
+        "_meta": {"progressToken": "slow"}}});
+    let mut req = c.http.post(&c.url).body(call.to_string());
+    for (k, v) in c.standard_headers() {
+        req = req.header(k, v);
+    }
+    let mut resp = req.send().await.expect("POST reaches the gateway");
+    let progress = crate::cluster::read_until(
+        &mut resp,
+        "notifications/progress",
+        std::time::Duration::from_secs(10),
+    )
+    .await;
+    assert!(progress.is_some(), "the slow call is under way");
+    let r = c
+        .post(
+            &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                      "params": {"requestId": 50, "reason": "changed my mind"}}),
+        )
+        .await;
+    assert_eq!(r.status, 202, "{r:?}");
+    let lines = || crate::support::read_trace(&trace);
+    let closed = crate::support::eventually(std::time::Duration::from_secs(10), || {
+        lines()
+            .iter()
+            .any(|l| l["cancelled_by_disconnect"] == json!(true))
+    })
+    .await;
+    assert!(closed, "the upstream saw no disconnect: {:?}", lines());
+    assert!(
+        !lines()
+            .iter()
+            .any(|l| l["method"] == "notifications/cancelled"),
+        "{:?}",
+        lines()
+    );
+    gw.stop().await;
+    peer.kill().await;
+}
