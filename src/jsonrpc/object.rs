@@ -40,6 +40,16 @@ impl<'a> RawObject<'a> {
         }
     }
 
+    /// Like [`RawObject::set`] for a value that outlives the object (not copied).
+    pub fn set_ref(&mut self, key: &'a str, value: &'a RawValue) {
+        match self.members.iter_mut().find(|(k, _)| k == key) {
+            Some((_, v)) => *v = Cow::Borrowed(value),
+            None => self
+                .members
+                .push((Cow::Borrowed(key), Cow::Borrowed(value))),
+        }
+    }
+
     /// Like [`RawObject::set`] for a key that is not `'a` (computed at run time).
     pub fn set_owned(&mut self, key: String, value: Box<RawValue>) {
         match self.members.iter_mut().find(|(k, _)| *k == key) {

@@ -28,6 +28,23 @@ pub struct RequestMeta {
     pub log_level: Option<String>,
 }
 
+/// What a request of the stateless revision says about its client in `_meta`, serialized
+/// once per session (or connection) instead of per request.
+#[derive(Debug)]
+pub struct ClientMeta {
+    pub capabilities: Box<RawValue>,
+    pub client_info: Box<RawValue>,
+}
+
+impl ClientMeta {
+    pub fn new(capabilities: &Value, client_info: &Value) -> ClientMeta {
+        ClientMeta {
+            capabilities: crate::jsonrpc::raw_json(capabilities),
+            client_info: crate::jsonrpc::raw_json(client_info),
+        }
+    }
+}
+
 /// Why a request's `_meta` is not usable.
 #[derive(Debug, PartialEq, Eq)]
 pub enum MetaError {

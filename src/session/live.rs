@@ -91,6 +91,8 @@ pub struct LiveSession {
     pub bus: Arc<Bus>,
     /// The client's `logging/setLevel`, for upstreams that take it per request.
     log_level: Mutex<Option<Arc<str>>>,
+    /// The client's capabilities and info as raw JSON, for stateless upstreams' `_meta`.
+    client_meta: std::sync::OnceLock<crate::protocol::modern::ClientMeta>,
 }
 
 impl LiveSession {
@@ -139,6 +141,7 @@ impl LiveSession {
             resumable: Mutex::default(),
             bus,
             log_level: Mutex::default(),
+            client_meta: std::sync::OnceLock::new(),
         }
     }
 
@@ -194,6 +197,13 @@ impl LiveSession {
             transport: self.transport,
             log_level: self.log_level().map(|l| l.to_string()),
         }
+    }
+
+    /// The client's capabilities and info, raw (serialized on first use).
+    pub fn client_meta(&self) -> &crate::protocol::modern::ClientMeta {
+        self.client_meta.get_or_init(|| {
+            crate::protocol::modern::ClientMeta::new(&self.client_capabilities, &self.client_info)
+        })
     }
 
     /// The level of `logging/setLevel`, if the client set one.

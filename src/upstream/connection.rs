@@ -99,6 +99,8 @@ pub struct Connection {
     /// The upstream speaks the stateless revision (or is being probed for it): requests carry
     /// the revision's `_meta` and headers, and `input_required` results are handled.
     stateless: AtomicBool,
+    /// `init_params`' client, raw, for the `_meta` of the gateway's own requests.
+    client_meta: std::sync::OnceLock<modern::ClientMeta>,
     /// The gateway's own `subscriptions/listen` is kept open on this (stateless) connection.
     pub(super) subscribed: AtomicBool,
     pub(crate) init_params: InitParams,
@@ -123,6 +125,7 @@ impl Connection {
             server: RwLock::new(None),
             stateless: AtomicBool::new(false),
             subscribed: AtomicBool::new(false),
+            client_meta: std::sync::OnceLock::new(),
             init_params,
             link,
             owner,
@@ -241,20 +244,21 @@ impl Connection {
 
     /// What a request of the stateless revision says about its client in `_meta`: the
     /// session's client when it has one, else what the connection was opened with.
-    fn stateless_meta(&self, session: Option<&LiveSession>) -> Option<StatelessMeta> {
+    fn stateless_meta<'s>(&'s self, session: Option<&'s LiveSession>) -> Option<StatelessMeta<'s>> {
         if !self.is_stateless() {
             return None;
         }
-        let (capabilities, client_info) = match session {
-            Some(s) => (&s.client_capabilities, &s.client_info),
-            None => (
-                &self.init_params.capabilities,
-                &self.init_params.client_info,
-            ),
+        let client = match session {
+            Some(s) => s.client_meta(),
+            None => self.client_meta.get_or_init(|| {
+                modern::ClientMeta::new(
+                    &self.init_params.capabilities,
+                    &self.init_params.client_info,
+                )
+            }),
         };
         Some(StatelessMeta {
-            capabilities: jsonrpc::raw_json(capabilities),
-            client_info: jsonrpc::raw_json(client_info),
+            client,
             log_level: session
                 .and_then(LiveSession::log_level)
                 .map(|l| jsonrpc::raw_string(&l)),
@@ -916,9 +920,8 @@ fn deliver_failure(pending: Pending, err: GatewayError) {
 }
 
 /// The client's identity a request of the stateless revision carries in `_meta`.
-struct StatelessMeta {
-    capabilities: Box<RawValue>,
-    client_info: Box<RawValue>,
+struct StatelessMeta<'s> {
+    client: &'s modern::ClientMeta,
     /// The session client's `logging/setLevel`, as `logLevel`.
     log_level: Option<Box<RawValue>>,
 }
@@ -933,11 +936,11 @@ fn our_id(raw: &RawValue) -> Option<u64> {
 /// (`traceparent`, `tracestate`) is set. Returns the new params only when something changed;
 /// params that are not an object are left alone.
 #[allow(clippy::type_complexity)]
-fn rewrite_meta(
-    params: Option<&RawValue>,
+fn rewrite_meta<'a>(
+    params: Option<&'a RawValue>,
     id: u64,
     trace: Option<&Propagation>,
-    stateless: Option<&StatelessMeta>,
+    stateless: Option<&'a StatelessMeta<'a>>,
 ) -> Result<(Option<Box<RawValue>>, Option<Box<RawValue>>), GatewayError> {
     let may_have_token = params.is_some_and(|p| p.get().contains("progressToken"));
     if !may_have_token && trace.is_none() && stateless.is_none() {
@@ -983,10 +986,10 @@ fn rewrite_meta(
         if meta.get(modern::meta::PROTOCOL_VERSION).is_none() {
             let version = jsonrpc::raw_string(ProtocolVersion::V2026_07_28.as_str());
             meta.set(modern::meta::PROTOCOL_VERSION, version);
-            meta.set(modern::meta::CLIENT_CAPABILITIES, st.capabilities.clone());
-            meta.set(modern::meta::CLIENT_INFO, st.client_info.clone());
+            meta.set_ref(modern::meta::CLIENT_CAPABILITIES, &st.client.capabilities);
+            meta.set_ref(modern::meta::CLIENT_INFO, &st.client.client_info);
             if let Some(level) = &st.log_level {
-                meta.set(modern::meta::LOG_LEVEL, level.clone());
+                meta.set_ref(modern::meta::LOG_LEVEL, level);
             }
         }
     }
