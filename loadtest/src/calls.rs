@@ -26,6 +26,8 @@ pub struct Plan {
     pub progress: bool,
     /// Instead of calling the tool, list every tool (`tools/list`, following `nextCursor`).
     pub list: bool,
+    /// Calls per POST: above 1, one JSON-RPC batch (the session is on 2025-03-26).
+    pub batch: usize,
     /// Processes whose CPU time during the measured window is reported per call (the
     /// gateway, the upstream): a figure a busy shared machine does not blur.
     pub cpu_pids: Vec<(String, u32)>,
@@ -95,10 +97,11 @@ pub async fn run(plan: Plan) -> Result<Value, String> {
     }
     Ok(json!({
         "cpu_us_per_call": cpu_per_call,
-        "scenario": match (plan.list, plan.progress) {
-            (true, _) => "tools/list (every page)",
-            (false, true) => "tools/call (SSE, progress)",
-            (false, false) => "tools/call",
+        "scenario": match (plan.list, plan.progress, plan.batch > 1) {
+            (true, _, _) => "tools/list (every page)".to_owned(),
+            (false, true, _) => "tools/call (SSE, progress)".to_owned(),
+            (false, false, true) => format!("tools/call in JSON-RPC batches of {}", plan.batch),
+            (false, false, false) => "tools/call".to_owned(),
         },
         "url": plan.url,
         "sessions": plan.sessions,
@@ -152,14 +155,19 @@ async fn session(
     measure_from: Instant,
     end: Instant,
 ) -> Result<Tally, String> {
-    let sid = crate::open_session(http, &plan.url).await?;
+    let version = if plan.batch > 1 {
+        "2025-03-26"
+    } else {
+        "2025-11-25"
+    };
+    let sid = crate::open_session_on(http, &plan.url, version).await?;
     let mut tally = Tally::default();
     let post = |body: String| {
         http.post(&plan.url)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
             .header("mcp-session-id", &sid)
-            .header("mcp-protocol-version", "2025-11-25")
+            .header("mcp-protocol-version", version)
             .body(body)
             .send()
     };
@@ -191,6 +199,17 @@ async fn session(
         let sent = Instant::now();
         let result = if plan.list {
             list_all(&post, &mut id).await
+        } else if plan.batch > 1 {
+            let calls: Vec<Value> = (0..plan.batch)
+                .map(|k| {
+                    json!({"jsonrpc": "2.0", "id": format!("{id}.{k}"), "method": "tools/call",
+                           "params": {"name": plan.tool, "arguments": plan.arguments}})
+                })
+                .collect();
+            let sent = Instant::now();
+            batch_exchange(post(Value::Array(calls).to_string()), plan.batch)
+                .await
+                .map(|done| done.duration_since(sent))
         } else {
             let mut params = json!({"name": plan.tool, "arguments": plan.arguments});
             if plan.progress {
@@ -211,7 +230,12 @@ async fn session(
         }
         if due >= measure_from {
             match result {
-                Ok(took) => tally.latencies_us.push(micros(took)),
+                Ok(took) => {
+                    // A batch's calls all took the batch's time.
+                    for _ in 0..plan.batch.max(1) {
+                        tally.latencies_us.push(micros(took));
+                    }
+                }
                 Err(e) => {
                     tally.errors += 1;
                     tally.first_error.get_or_insert(e);
@@ -254,6 +278,40 @@ where
 
 fn micros(d: Duration) -> u32 {
     u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
+}
+
+/// Sends a batch of `n` calls and reads the JSON array of their responses; every one must be
+/// a result that is not a tool error.
+async fn batch_exchange(
+    send: impl std::future::Future<Output = reqwest::Result<reqwest::Response>>,
+    n: usize,
+) -> Result<Instant, String> {
+    let resp = send.await.map_err(|e| e.to_string())?;
+    let status = resp.status();
+    let body = resp.bytes().await.map_err(|e| e.to_string())?;
+    let done = Instant::now();
+    if !status.is_success() {
+        return Err(format!("HTTP {status}: {}", String::from_utf8_lossy(&body)));
+    }
+    let answers: Vec<Answer<'_>> = serde_json::from_slice(&body).map_err(|e| {
+        format!(
+            "unreadable batch answer ({e}): {}",
+            String::from_utf8_lossy(&body)
+        )
+    })?;
+    if answers.len() != n {
+        return Err(format!("{} answers to a batch of {n}", answers.len()));
+    }
+    for a in answers {
+        let Some(result) = a.result else {
+            return Err(String::from_utf8_lossy(&body).into_owned());
+        };
+        let head: ResultHead<'_> = serde_json::from_str(result.get()).map_err(|e| e.to_string())?;
+        if head.is_error {
+            return Err(String::from_utf8_lossy(&body).into_owned());
+        }
+    }
+    Ok(done)
 }
 
 /// A JSON-RPC answer, read without building it (a list of 1,000 tools is large).

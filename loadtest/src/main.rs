@@ -74,6 +74,10 @@ enum Command {
         /// List every tool (all pages) instead of calling one.
         #[arg(long)]
         list: bool,
+        /// Send the calls N at a time as one JSON-RPC batch (sessions on 2025-03-26); the
+        /// latency is then a whole batch's.
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
         /// NAME=PID: report this process's CPU time per call over the measured window
         /// (repeatable), e.g. gateway=1234.
         #[arg(long = "cpu")]
@@ -132,6 +136,7 @@ async fn main() -> std::process::ExitCode {
             arguments,
             progress,
             list,
+            batch,
             cpu,
         } => match (serde_json::from_str(&arguments), parse_pids(&cpu)) {
             (Err(e), _) => Err(format!("--arguments is not JSON: {e}")),
@@ -147,6 +152,7 @@ async fn main() -> std::process::ExitCode {
                     arguments,
                     progress,
                     list,
+                    batch: batch.max(1),
                     cpu_pids,
                 })
                 .await
@@ -272,8 +278,17 @@ impl RedisProbe {
 }
 
 async fn open_session(http: &reqwest::Client, url: &str) -> Result<String, String> {
+    open_session_on(http, url, "2025-11-25").await
+}
+
+/// A session of protocol version `version` (2025-03-26 for JSON-RPC batches).
+async fn open_session_on(
+    http: &reqwest::Client,
+    url: &str,
+    version: &str,
+) -> Result<String, String> {
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25",
+        "protocolVersion": version,
         "capabilities": {"sampling": {}, "roots": {"listChanged": true}},
         "clientInfo": {"name": "sy-load", "version": env!("CARGO_PKG_VERSION")}}});
     let resp = http
@@ -299,7 +314,7 @@ async fn open_session(http: &reqwest::Client, url: &str) -> Result<String, Strin
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .header("mcp-session-id", &id)
-        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-protocol-version", version)
         .body(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
         .send()
         .await

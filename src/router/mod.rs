@@ -497,8 +497,18 @@ async fn route_by_uri(
     req: &Request<'_>,
 ) -> Result<Reply, GatewayError> {
     let shape = (req.method == "resources/read").then_some(ResultShape::ReadResource);
+    let follow = match Method::from_name(&req.method) {
+        Method::ResourcesSubscribe => Some(true),
+        Method::ResourcesUnsubscribe => Some(false),
+        _ => None,
+    };
     if tenant.is_transparent() {
         let upstream = &tenant.upstreams[0];
+        if let Some(on) = follow
+            && let Some(reply) = stateless_subscription(session, upstream, req, None, on).await?
+        {
+            return Ok(reply);
+        }
         return forward(session, upstream, &req.method, req.params, req.id, shape).await;
     }
     let mut params = params_object(req)?;
@@ -507,12 +517,42 @@ async fn route_by_uri(
         .ok_or_else(|| GatewayError::InvalidParams("`uri` is required".into()))?
         .into_owned();
     let (upstream, own) = resolve_uri(tenant, session, &uri).await?;
+    if let Some(on) = follow
+        && let Some(reply) = stateless_subscription(session, upstream, req, Some(&own), on).await?
+    {
+        return Ok(reply);
+    }
     if let Some(reply) = shared_subscription(session, upstream, req, &own).await? {
         return Ok(reply);
     }
     params.set("uri", jsonrpc::raw_string(&own));
     let params = params.to_raw();
     forward(session, upstream, &req.method, Some(&params), req.id, shape).await
+}
+
+/// An upstream of the stateless revision has no `resources/subscribe`: the resource is
+/// followed through the gateway's own `subscriptions/listen` on the connection, and the
+/// client is answered here. `None` means "not such an upstream".
+async fn stateless_subscription(
+    session: &Arc<LiveSession>,
+    upstream: &Arc<Upstream>,
+    req: &Request<'_>,
+    uri: Option<&str>,
+    on: bool,
+) -> Result<Option<Reply>, GatewayError> {
+    let conn = ensure_link(session, upstream).await?;
+    if !conn.is_stateless() {
+        return Ok(None);
+    }
+    let uri = match uri {
+        Some(u) => u.to_owned(),
+        None => params_object(req)?
+            .get_str("uri")
+            .ok_or_else(|| GatewayError::InvalidParams("`uri` is required".into()))?
+            .into_owned(),
+    };
+    conn.follow_resource(&uri, session, on);
+    Ok(Some(Reply::Json(jsonrpc::result_response(req.id, b"{}"))))
 }
 
 /// On a connection shared by many sessions, one upstream subscription serves every session

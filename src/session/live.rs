@@ -362,7 +362,15 @@ impl LiveSession {
 
     /// A shared connection outlives the session: end the subscriptions nobody follows now.
     fn leave_shared(&self, conn: &Arc<Connection>) {
-        for uri in conn.forget_subscriber(self) {
+        let orphaned = conn.forget_subscriber(self);
+        if conn.is_stateless() {
+            // No unsubscribe on that revision: the gateway's subscription is renewed without them.
+            if !orphaned.is_empty() {
+                conn.resources_changed();
+            }
+            return;
+        }
+        for uri in orphaned {
             let params = serde_json::json!({ "uri": uri }).to_string();
             let conn = conn.clone();
             tokio::spawn(async move {

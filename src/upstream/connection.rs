@@ -103,6 +103,8 @@ pub struct Connection {
     client_meta: std::sync::OnceLock<modern::ClientMeta>,
     /// The gateway's own `subscriptions/listen` is kept open on this (stateless) connection.
     pub(super) subscribed: AtomicBool,
+    /// Woken when the resources followed change: the subscription is opened again with them.
+    pub(super) resubscribe: Arc<tokio::sync::Notify>,
     pub(crate) init_params: InitParams,
     pub(crate) link: Link,
     owner: Owner,
@@ -125,6 +127,7 @@ impl Connection {
             server: RwLock::new(None),
             stateless: AtomicBool::new(false),
             subscribed: AtomicBool::new(false),
+            resubscribe: Arc::default(),
             client_meta: std::sync::OnceLock::new(),
             init_params,
             link,
@@ -192,6 +195,14 @@ impl Connection {
             }
         });
         orphaned
+    }
+
+    /// The upstream URIs some session subscribed to.
+    pub(super) fn subscribed_uris(&self) -> Vec<String> {
+        self.subscriptions
+            .lock()
+            .map(|s| s.keys().cloned().collect())
+            .unwrap_or_default()
     }
 
     fn subscribers(&self, uri: &str) -> Vec<Arc<LiveSession>> {
@@ -414,7 +425,7 @@ impl Connection {
         self: &Arc<Self>,
         method: &str,
         params: Option<&RawValue>,
-    ) -> Result<oneshot::Receiver<Result<InternalReply, GatewayError>>, GatewayError> {
+    ) -> Result<(u64, oneshot::Receiver<Result<InternalReply, GatewayError>>), GatewayError> {
         self.ready(self.info.init_timeout).await?;
         let stateless = self.stateless_meta(None);
         let replaced = rewrite_meta(params, 0, None, stateless.as_ref())?.0;
@@ -428,7 +439,7 @@ impl Connection {
             self.pending.remove(&id);
             return Err(e);
         }
-        Ok(rx)
+        Ok((id, rx))
     }
 
     /// Like [`Connection::call`] but without waiting for readiness: the handshake itself.

@@ -1,20 +1,21 @@
 //! The gateway's own `subscriptions/listen` on upstreams of the stateless revision
-//! (2026-07-28), which have no GET stream and send list changes only to a client that
-//! listens: one long-lived request per connection asking for every list change, whose
-//! notifications are routed like any unsolicited message (cached lists invalidated, sessions
-//! told). Re-opened when it ends (an upstream restart, the HTTP exchange bound) for as long as
-//! the connection lives; given up when the upstream refuses it.
+//! (2026-07-28), which have no GET stream and no `resources/subscribe`, and send changes only
+//! to a client that listens: one long-lived request per connection asking for every list
+//! change and for the resources its sessions subscribed to, whose notifications are routed
+//! like any unsolicited message (cached lists invalidated, sessions told). Opened again when
+//! the subscribed resources change (the old one cancelled) or when it ends (an upstream
+//! restart, the HTTP exchange bound), for as long as the connection lives; given up when the
+//! upstream refuses it.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use serde_json::json;
 use serde_json::value::RawValue;
 
 use super::{Connection, InternalReply};
-
-/// What the gateway listens for: every list change (resource updates are not bridged yet).
-const FILTER: &str = r#"{"notifications":{"toolsListChanged":true,"promptsListChanged":true,"resourcesListChanged":true}}"#;
+use crate::session::LiveSession;
 
 /// The pause before re-opening a subscription that ended, doubling up to the longest while
 /// subscriptions end soon after opening.
@@ -31,32 +32,86 @@ impl Connection {
         }
         tokio::spawn(keep_listening(Arc::downgrade(self)));
     }
+
+    /// A session's `resources/subscribe` (or unsubscribe) of `uri` on a stateless upstream:
+    /// followed through the gateway's subscription, opened again with the new set when the
+    /// set changes.
+    pub fn follow_resource(self: &Arc<Self>, uri: &str, session: &Arc<LiveSession>, on: bool) {
+        let changed = if on {
+            self.add_subscriber(uri, session)
+        } else {
+            self.remove_subscriber(uri, session)
+        };
+        if self.subscribed.load(Ordering::Acquire) {
+            if changed {
+                self.resubscribe.notify_one();
+            }
+        } else {
+            self.subscribe();
+        }
+    }
+
+    /// The resources followed changed (a session left): the subscription is renewed.
+    pub fn resources_changed(&self) {
+        if self.subscribed.load(Ordering::Acquire) {
+            self.resubscribe.notify_one();
+        }
+    }
+
+    /// What the gateway listens for: every list change, and the resources followed.
+    fn listen_filter(&self) -> Option<Box<RawValue>> {
+        let mut uris = self.subscribed_uris();
+        uris.sort();
+        let mut notifications = json!({
+            "toolsListChanged": true,
+            "promptsListChanged": true,
+            "resourcesListChanged": true,
+        });
+        if !uris.is_empty() {
+            notifications["resourceSubscriptions"] = json!(uris);
+        }
+        serde_json::value::to_raw_value(&json!({ "notifications": notifications })).ok()
+    }
 }
 
 async fn keep_listening(conn: Weak<Connection>) {
-    let Ok(filter) = RawValue::from_string(FILTER.to_owned()) else {
-        return;
-    };
     let mut pause = FIRST_PAUSE;
     loop {
         let Some(c) = conn.upgrade() else { return };
+        let Some(filter) = c.listen_filter() else {
+            return;
+        };
         let name = c.info.name.clone();
         let opened = Instant::now();
-        let answer = match c.open_internal("subscriptions/listen", Some(&filter)).await {
-            Ok(rx) => {
-                // Hold no strong reference while listening: the connection may go away.
-                drop(c);
-                rx.await.ok()
-            }
+        let (id, rx) = match c.open_internal("subscriptions/listen", Some(&filter)).await {
+            Ok(sent) => sent,
             Err(e) => {
                 drop(c);
                 tracing::debug!(upstream = %name, error = %e, "subscriptions/listen not sent");
-                None
+                pause = (pause * 2).min(LONGEST_PAUSE);
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+        };
+        // Hold no strong reference while listening: the connection may go away (its pending
+        // requests fail then, which ends the wait). A change while the request was being sent
+        // left a permit: it is seen at once.
+        let resubscribe = c.resubscribe.clone();
+        drop(c);
+        let answer = tokio::select! {
+            answer = rx => answer.ok(),
+            () = resubscribe.notified() => {
+                // The resources followed changed: this subscription ends, a new one opens.
+                if let Some(c) = conn.upgrade() {
+                    c.cancel(id, "the subscription changed");
+                }
+                pause = FIRST_PAUSE;
+                continue;
             }
         };
         match answer {
             Some(Ok(InternalReply::Error(e))) => {
-                tracing::info!(upstream = %name, error = e.get(), "the upstream refuses subscriptions/listen: its list changes are not followed");
+                tracing::info!(upstream = %name, error = e.get(), "the upstream refuses subscriptions/listen: its changes are not followed");
                 return;
             }
             Some(Ok(InternalReply::Result(_))) => {

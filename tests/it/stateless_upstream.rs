@@ -353,3 +353,71 @@ async fn cancelling_towards_a_stateless_http_upstream_closes_its_stream() {
     gw.stop().await;
     peer.kill().await;
 }
+
+/// A 2026-07-28 upstream has no `resources/subscribe`: a session-based client's subscription
+/// is answered by the gateway and followed through its `subscriptions/listen` (renewed with
+/// the resource), so the upstream's update reaches the client's GET stream; after
+/// unsubscribing, no more updates come.
+#[tokio::test]
+async fn resource_subscriptions_reach_a_stateless_upstream_through_listen() {
+    let peer = HttpPeer::python_server(free_port()).await;
+    let gw = TestGateway::start(config(vec![tenant(
+        "py",
+        vec![upstream("py", http(&peer.url()))],
+    )]))
+    .await;
+    let mut c = RawClient::new(gw.url("py"));
+    c.protocol_version = "2025-11-25".into();
+    c.initialize().await;
+    let headers: Vec<(&str, String)> = c
+        .standard_headers()
+        .into_iter()
+        .map(|(k, v)| {
+            if k == "accept" {
+                (k, "text/event-stream".to_owned())
+            } else {
+                (k, v)
+            }
+        })
+        .collect();
+    let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut stream = c.get_stream(&h).await;
+    assert_eq!(stream.status(), 200);
+    let r = c
+        .request("resources/subscribe", json!({"uri": "res://counter"}))
+        .await;
+    assert_eq!(r.last()["result"], json!({}), "{:?}", r.last());
+    // The renewed subscription is opened in the background: touch until an update arrives.
+    let mut update = None;
+    for _ in 0..10 {
+        let r = c.call_tool("touch", json!({})).await;
+        assert!(r.last()["result"].is_object(), "{:?}", r.last());
+        update = crate::cluster::read_until(
+            &mut stream,
+            "notifications/resources/updated",
+            std::time::Duration::from_millis(500),
+        )
+        .await;
+        if update.is_some() {
+            break;
+        }
+    }
+    let update = update.expect("no resources/updated on the GET stream");
+    assert!(update.contains("res://counter"), "{update}");
+    let r = c
+        .request("resources/unsubscribe", json!({"uri": "res://counter"}))
+        .await;
+    assert_eq!(r.last()["result"], json!({}), "{:?}", r.last());
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let r = c.call_tool("touch", json!({})).await;
+    assert!(r.last()["result"].is_object(), "{:?}", r.last());
+    let late = crate::cluster::read_until(
+        &mut stream,
+        "notifications/resources/updated",
+        std::time::Duration::from_secs(1),
+    )
+    .await;
+    assert!(late.is_none(), "an update after unsubscribing: {late:?}");
+    gw.stop().await;
+    peer.kill().await;
+}

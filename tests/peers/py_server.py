@@ -12,7 +12,9 @@ Streamable HTTP at http://127.0.0.1:N/mcp. Tools:
   server-to-client request in the middle of the call;
 - `add-tool {name}` registers a tool `name` (answering "<name> called") and tells
   `subscriptions/listen` subscribers (and, on earlier revisions, the session) that the tool
-  list changed.
+  list changed;
+- resource `res://counter` (its text is the count) and `touch {}`, which increments the count
+  and tells `subscriptions/listen` subscribers of `res://counter` that it was updated.
 Logs `ready on port N` on stderr once it listens.
 """
 
@@ -79,6 +81,21 @@ async def add_tool(name: str, ctx: Context) -> str:
     server.add_tool(added, name=name, description="Added at run time.")
     await ctx.notify_tools_changed()
     return f"added {name}"
+
+
+COUNTER = {"n": 0}
+
+
+@server.resource("res://counter", description="A count that `touch` increments.")
+def counter() -> str:
+    return str(COUNTER["n"])
+
+
+@server.tool(description="Increments res://counter and says it was updated.")
+async def touch(ctx: Context) -> str:
+    COUNTER["n"] += 1
+    await ctx.notify_resource_updated("res://counter")
+    return f"count {COUNTER['n']}"
 
 
 def main() -> int:
