@@ -63,26 +63,37 @@ pub(super) async fn relay(
         tracing::warn!(error = %e, "a retry could not be sent to the replica holding its request");
         return Err(GatewayError::StoreUnavailable);
     }
+    // Until the request is answered, the client leaving (this future or the stream dropped)
+    // cancels it on the holder.
+    let mut pending = Abandon {
+        bus: gateway.bus.clone(),
+        holder: replica.to_owned(),
+        to,
+        key: wait.key.clone(),
+        armed: true,
+    };
     match tokio::time::timeout(CONFIRM_WITHIN, rx.recv()).await {
-        Ok(Some(event)) if event.done => return Ok(reply(event)),
+        Ok(Some(event)) if event.done => {
+            pending.disarm();
+            return Ok(reply(event));
+        }
         Ok(Some(_)) => {}
         _ => {
             tracing::warn!(
                 replica,
                 "the replica holding a parked request did not confirm the retry"
             );
+            pending.disarm();
             return Err(lost());
         }
     }
     let first = next(&mut rx).await.ok_or_else(lost)?;
     if first.done {
+        pending.disarm();
         return Ok(reply(first));
     }
     let (tx, body) = mpsc::channel::<Bytes>(16);
-    let bus = gateway.bus.clone();
-    let holder = replica.to_owned();
     tokio::spawn(async move {
-        let key = wait.key.clone();
         let _wait = wait;
         let mut event = Some(first);
         while let Some(e) = event.take() {
@@ -90,6 +101,7 @@ pub(super) async fn relay(
                 break;
             }
             if e.done {
+                pending.disarm();
                 return;
             }
             event = tokio::select! {
@@ -97,11 +109,45 @@ pub(super) async fn relay(
                 e = next(&mut rx) => e,
             };
         }
-        // The client went away (or the holder fell silent): the holder drops the request.
-        let closed = BusMessage::ResumeClosed { to, key };
-        let _ = bus.send_to(&holder, &closed).await;
+        // The client went away (or the holder fell silent): `pending` tells the holder.
+        drop(pending);
     });
     Ok(sse::response(sse::channel_body(body)))
+}
+
+/// A retry continued on another replica and not answered yet: dropped armed (its client
+/// went away), it has the holder cancel the request.
+struct Abandon {
+    bus: Arc<crate::cluster::Bus>,
+    holder: String,
+    to: Target,
+    key: String,
+    armed: bool,
+}
+
+impl Abandon {
+    /// The request was answered: nothing to cancel.
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let closed = BusMessage::ResumeClosed {
+            to: self.to.clone(),
+            key: std::mem::take(&mut self.key),
+        };
+        let (bus, holder) = (self.bus.clone(), std::mem::take(&mut self.holder));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = bus.send_to(&holder, &closed).await;
+            });
+        }
+    }
 }
 
 /// The next event that carries a message (beats skipped); `None` once the holder is silent.
