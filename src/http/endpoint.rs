@@ -40,51 +40,73 @@ pub async fn handle(
     parts: Parts,
     body: Body,
 ) -> Response<Body> {
-    let started = std::time::Instant::now();
-    let span = telemetry::request_span(&tenant.name, parts.method.as_str());
-    let mut label = "unparsed";
+    let mut ex = Recorded::start(&tenant, &parts.method, "unparsed");
+    let (span, label) = (&ex.span, &mut ex.label);
     let result = match parts.method {
-        Method::POST => {
-            post(
-                &gateway, &tenant, &principal, &parts, body, &mut label, &span,
-            )
-            .await
-        }
+        Method::POST => post(&gateway, &tenant, &principal, &parts, body, label, span).await,
         Method::GET | Method::DELETE if stateless_headers(&parts) => {
             // The stateless revision has no GET stream and no session to end.
-            label = "http/other";
+            *label = "http/other";
             Err(GatewayError::MethodNotAllowed {
                 allow: "GET, POST, DELETE",
             })
         }
         Method::GET => {
-            label = "http/get";
-            traced(&span, None, &parts);
+            *label = "http/get";
+            traced(span, None, &parts);
             get(&gateway, &tenant, &principal, &parts)
                 .instrument(span.clone())
                 .await
         }
         Method::DELETE => {
-            label = "http/delete";
-            traced(&span, None, &parts);
+            *label = "http/delete";
+            traced(span, None, &parts);
             delete(&gateway, &tenant, &principal, &parts)
                 .instrument(span.clone())
                 .await
         }
         _ => {
-            label = "http/other";
+            *label = "http/other";
             Err(GatewayError::MethodNotAllowed {
                 allow: "GET, POST, DELETE",
             })
         }
     };
-    let resp = result.unwrap_or_else(|e| e.into_response(None));
-    record_exchange(&tenant, label, started, &span, &resp);
-    resp
+    ex.finish(&tenant, result)
+}
+
+/// One HTTP exchange of a tenant's endpoints: its request span (logs' context, and the
+/// server span of a trace) and metrics label (set by the handler as soon as it knows what the
+/// request is), and the time it started; `finish` records the outcome.
+pub(super) struct Recorded {
+    pub(super) span: tracing::Span,
+    pub(super) label: &'static str,
+    started: std::time::Instant,
+}
+
+impl Recorded {
+    pub(super) fn start(tenant: &Tenant, method: &Method, label: &'static str) -> Recorded {
+        Recorded {
+            span: telemetry::request_span(&tenant.name, method.as_str()),
+            label,
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// The response for `result` (an error's own), recorded in the span and the metrics.
+    pub(super) fn finish(
+        self,
+        tenant: &Tenant,
+        result: Result<Response<Body>, GatewayError>,
+    ) -> Response<Body> {
+        let resp = result.unwrap_or_else(|e| e.into_response(None));
+        record_exchange(tenant, self.label, self.started, &self.span, &resp);
+        resp
+    }
 }
 
 /// Records an exchange's outcome: in its span (status, error) and in the request metrics.
-pub(super) fn record_exchange(
+fn record_exchange(
     tenant: &Tenant,
     label: &str,
     started: std::time::Instant,

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use tracing::Instrument;
 
-use super::endpoint::{self, accepted, describe, note_session, parse_error, record_exchange};
+use super::endpoint::{self, Recorded, accepted, describe, note_session, parse_error};
 use super::{headers, sse};
 use crate::auth::Principal;
 use crate::cluster::BusMessage;
@@ -25,7 +25,6 @@ use crate::gateway::Gateway;
 use crate::jsonrpc::{self, Message};
 use crate::router::{self, Opening, Reply};
 use crate::session::{ClientTransport, LiveSession, SessionId, SessionKey, SessionStore};
-use crate::telemetry;
 use crate::tenant::Tenant;
 use crate::upstream::StreamItem;
 
@@ -56,28 +55,22 @@ pub async fn handle(
     body: Body,
     route: Route,
 ) -> Response<Body> {
-    let started = std::time::Instant::now();
-    let span = telemetry::request_span(&tenant.name, parts.method.as_str());
-    let mut label = "http/other";
+    let mut ex = Recorded::start(&tenant, &parts.method, "http/other");
+    let (span, label) = (&ex.span, &mut ex.label);
     let result = match (route, &parts.method) {
         (Route::Stream, &Method::GET) => {
-            label = "http/get";
+            *label = "http/get";
             open_stream(&gateway, &tenant, &principal, &parts)
                 .instrument(span.clone())
                 .await
         }
         (Route::Messages, &Method::POST) => {
-            post(
-                &gateway, &tenant, &principal, &parts, body, &mut label, &span,
-            )
-            .await
+            post(&gateway, &tenant, &principal, &parts, body, label, span).await
         }
         (Route::Stream, _) => Err(GatewayError::MethodNotAllowed { allow: "GET" }),
         (Route::Messages, _) => Err(GatewayError::MethodNotAllowed { allow: "POST" }),
     };
-    let resp = result.unwrap_or_else(|e| e.into_response(None));
-    record_exchange(&tenant, label, started, &span, &resp);
-    resp
+    ex.finish(&tenant, result)
 }
 
 /// `GET <endpoint>/sse`: a new session id, announced in the `endpoint` event; the stream is
