@@ -259,19 +259,7 @@ async fn list_changes_of_a_stateless_upstream_reach_listening_clients() {
         before.contains("add-tool") && !before.contains("fresh"),
         "{before:?}"
     );
-    let headers: Vec<(&str, String)> = c
-        .standard_headers()
-        .into_iter()
-        .map(|(k, v)| {
-            if k == "accept" {
-                (k, "text/event-stream".to_owned())
-            } else {
-                (k, v)
-            }
-        })
-        .collect();
-    let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let mut stream = c.get_stream(&h).await;
+    let mut stream = get_stream(&c).await;
     assert_eq!(stream.status(), 200);
     // The subscription is opened when the client starts listening: give it a moment.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
@@ -369,19 +357,7 @@ async fn resource_subscriptions_reach_a_stateless_upstream_through_listen() {
     let mut c = RawClient::new(gw.url("py"));
     c.protocol_version = "2025-11-25".into();
     c.initialize().await;
-    let headers: Vec<(&str, String)> = c
-        .standard_headers()
-        .into_iter()
-        .map(|(k, v)| {
-            if k == "accept" {
-                (k, "text/event-stream".to_owned())
-            } else {
-                (k, v)
-            }
-        })
-        .collect();
-    let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let mut stream = c.get_stream(&h).await;
+    let mut stream = get_stream(&c).await;
     assert_eq!(stream.status(), 200);
     let r = c
         .request("resources/subscribe", json!({"uri": "res://counter"}))
@@ -420,4 +396,18 @@ async fn resource_subscriptions_reach_a_stateless_upstream_through_listen() {
     assert!(late.is_none(), "an update after unsubscribing: {late:?}");
     gw.stop().await;
     peer.kill().await;
+}
+
+/// Opens the session's GET stream (the client listens for what the server sends unasked).
+async fn get_stream(c: &RawClient) -> reqwest::Response {
+    let headers: Vec<(&str, String)> = c
+        .standard_headers()
+        .into_iter()
+        .map(|(k, v)| match k {
+            "accept" => (k, "text/event-stream".to_owned()),
+            _ => (k, v),
+        })
+        .collect();
+    let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    c.get_stream(&h).await
 }
