@@ -6,6 +6,8 @@
 --                                              d = framed event, f = 1 on the last), MAXLEN, TTL
 --   <p>:v1:replica:<replica>                   pub/sub channel of one replica
 --   <p>:v1:broadcast                           pub/sub channel of every replica
+--   <p>:v1:signing-secret                      the replicas' shared signing secret (created on
+--                                              first start with SET NX; added within layout 1)
 --   <p>:meta:layout                            applied layout version
 --   <p>:meta:migrations                        hash: version -> applied at (ms since epoch)
 -- Nothing existed before layout 1, so this step only records the version.
