@@ -668,6 +668,14 @@ impl Connection {
                             _ => None,
                         };
                         let outcome = rewritten.as_deref().map_or(r.outcome, Outcome::Result);
+                        if let Outcome::Error(e) = outcome
+                            && self.is_stateless()
+                            && is_header_mismatch(e)
+                        {
+                            // The upstream's tool schemas (`x-mcp-header`) may have changed: the
+                            // next list, or the client's retry, fetches them again.
+                            self.info.catalog.invalidate(ListKind::Tools);
+                        }
                         let out = jsonrpc::response_with_id(&slot.client_id, outcome);
                         let _ = slot.sink.send(StreamEvent::Response(Bytes::from(out)));
                     }
@@ -935,6 +943,17 @@ struct StatelessMeta<'s> {
     client: &'s modern::ClientMeta,
     /// The session client's `logging/setLevel`, as `logLevel`.
     log_level: Option<Box<RawValue>>,
+}
+
+/// Whether an `error` object is a 2026-07-28 `HeaderMismatch` (-32020).
+fn is_header_mismatch(error: &RawValue) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Code {
+        code: i64,
+    }
+    error.get().contains("-32020")
+        && serde_json::from_str::<Code>(error.get())
+            .is_ok_and(|c| c.code == jsonrpc::code::HEADER_MISMATCH)
 }
 
 /// Parses an id the gateway issued on an upstream link (a plain non-negative integer).

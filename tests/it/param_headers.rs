@@ -317,3 +317,90 @@ async fn a_stateless_http_upstream_gets_mirrored_headers_and_invalid_tools_are_l
     );
     gw.stop().await;
 }
+
+/// An upstream whose tool `t` gains an `x-mcp-header` annotation on `zone` when `annotated`
+/// is set (without telling anyone), and then refuses calls without the header (400 -32020).
+async fn changing_upstream(
+    annotated: Arc<std::sync::atomic::AtomicBool>,
+) -> (String, tokio::task::JoinHandle<()>) {
+    async fn answer(
+        State(annotated): State<Arc<std::sync::atomic::AtomicBool>>,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Response {
+        let msg: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let Some(id) = msg.get("id").cloned() else {
+            return StatusCode::ACCEPTED.into_response();
+        };
+        let on = annotated.load(std::sync::atomic::Ordering::SeqCst);
+        let result = match msg["method"].as_str().unwrap_or_default() {
+            "server/discover" => json!({"resultType": "complete", "supportedVersions": [V],
+                "capabilities": {"tools": {}},
+                "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "changing", "version": "1"}}}),
+            "tools/list" => {
+                let mut zone = json!({"type": "string"});
+                if on {
+                    zone["x-mcp-header"] = json!("Zone");
+                }
+                json!({"resultType": "complete", "tools": [{"name": "t",
+                    "inputSchema": {"type": "object", "properties": {"zone": zone}}}]})
+            }
+            "tools/call" => {
+                let sent = headers.get("mcp-param-zone").and_then(|v| v.to_str().ok());
+                if on && sent != msg["params"]["arguments"]["zone"].as_str() {
+                    let error = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32020,
+                        "message": "Header mismatch: Mcp-Param-Zone"}});
+                    return json_response(StatusCode::BAD_REQUEST, &error);
+                }
+                json!({"resultType": "complete", "content": [{"type": "text", "text": "zoned"}]})
+            }
+            _ => {
+                let error = json!({"jsonrpc": "2.0", "id": id,
+                                   "error": {"code": -32601, "message": "Method not found"}});
+                return json_response(StatusCode::NOT_FOUND, &error);
+            }
+        };
+        json_response(
+            StatusCode::OK,
+            &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        )
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the changing upstream");
+    let port = listener.local_addr().expect("addr").port();
+    let app = axum::Router::new()
+        .route("/mcp", axum::routing::post(answer))
+        .with_state(annotated);
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://127.0.0.1:{port}/mcp"), task)
+}
+
+/// An upstream's `-32020` reaches the client as such (answered with HTTP 400 upstream) and
+/// makes the gateway drop its cached tool list: the client's retry is sent with the headers
+/// of the tool's new schema.
+#[tokio::test]
+async fn an_upstream_header_mismatch_refreshes_the_cached_tool_schemas() {
+    let annotated = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (url, task) = changing_upstream(annotated.clone()).await;
+    let gw = TestGateway::start(config(vec![tenant(
+        "chg",
+        vec![upstream("chg", http(&url))],
+    )]))
+    .await;
+    let mut c = RawClient::new(gw.url("chg"));
+    c.initialize().await;
+    assert!(tool_names(c.request("tools/list", json!({})).await.last()).contains("t"));
+    let r = c.call_tool("t", json!({"zone": "eu"})).await;
+    assert_eq!(text(r.last()), "zoned", "{r:?}");
+
+    annotated.store(true, std::sync::atomic::Ordering::SeqCst);
+    let r = c.call_tool("t", json!({"zone": "eu"})).await;
+    assert_eq!(r.error_code(), Some(-32020), "{:?}", r.last());
+    let r = c.call_tool("t", json!({"zone": "eu"})).await;
+    assert_eq!(text(r.last()), "zoned", "{r:?}");
+    gw.stop().await;
+    task.abort();
+}
