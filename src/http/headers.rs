@@ -1,7 +1,7 @@
 //! Header rules of the Streamable HTTP transport: `Accept`, `Content-Type`,
 //! `MCP-Protocol-Version` and `Mcp-Session-Id`, each checked to the letter.
 
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 
 use crate::error::GatewayError;
 use crate::protocol::{ProtocolVersion, header as mcp};
@@ -71,18 +71,36 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), GatewayError> {
     }
 }
 
+/// A header sent more than once where one value is allowed.
+#[derive(Debug)]
+pub struct Repeated;
+
+/// The value of header `name`, if sent, when it is sent once.
+pub fn once<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h HeaderValue>, Repeated> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next();
+    match values.next() {
+        Some(_) => Err(Repeated),
+        None => Ok(first),
+    }
+}
+
+/// `once`, with a 400 naming the header when it is repeated.
+fn once_or_400<'h>(
+    headers: &'h HeaderMap,
+    name: &str,
+    shown: &str,
+) -> Result<Option<&'h HeaderValue>, GatewayError> {
+    once(headers, name)
+        .map_err(|Repeated| GatewayError::BadHeader(format!("{shown} must appear once")))
+}
+
 /// The `MCP-Protocol-Version` header: absent → `None`; present → a version served here, else
 /// 400 (with the supported versions in the error data).
 pub fn protocol_version(headers: &HeaderMap) -> Result<Option<ProtocolVersion>, GatewayError> {
-    let mut values = headers.get_all(mcp::PROTOCOL_VERSION).iter();
-    let Some(value) = values.next() else {
+    let Some(value) = once_or_400(headers, mcp::PROTOCOL_VERSION, "MCP-Protocol-Version")? else {
         return Ok(None);
     };
-    if values.next().is_some() {
-        return Err(GatewayError::BadHeader(
-            "MCP-Protocol-Version must appear once".into(),
-        ));
-    }
     let text = value.to_str().unwrap_or("").trim();
     match ProtocolVersion::parse(text) {
         Some(v) if v.served_on_streamable_http() => Ok(Some(v)),
@@ -97,15 +115,9 @@ pub fn protocol_version(headers: &HeaderMap) -> Result<Option<ProtocolVersion>, 
 
 /// The `Mcp-Session-Id` header, when present.
 pub fn session_id(headers: &HeaderMap) -> Result<Option<&str>, GatewayError> {
-    let mut values = headers.get_all(mcp::SESSION_ID).iter();
-    let Some(value) = values.next() else {
+    let Some(value) = once_or_400(headers, mcp::SESSION_ID, "Mcp-Session-Id")? else {
         return Ok(None);
     };
-    if values.next().is_some() {
-        return Err(GatewayError::BadHeader(
-            "Mcp-Session-Id must appear once".into(),
-        ));
-    }
     value
         .to_str()
         .map(Some)
@@ -114,15 +126,9 @@ pub fn session_id(headers: &HeaderMap) -> Result<Option<&str>, GatewayError> {
 
 /// The `Last-Event-ID` header of a GET that resumes a stream, when present.
 pub fn last_event_id(headers: &HeaderMap) -> Result<Option<&str>, GatewayError> {
-    let mut values = headers.get_all("last-event-id").iter();
-    let Some(value) = values.next() else {
+    let Some(value) = once_or_400(headers, "last-event-id", "Last-Event-ID")? else {
         return Ok(None);
     };
-    if values.next().is_some() {
-        return Err(GatewayError::BadHeader(
-            "Last-Event-ID must appear once".into(),
-        ));
-    }
     value
         .to_str()
         .map(Some)
@@ -132,7 +138,6 @@ pub fn last_event_id(headers: &HeaderMap) -> Result<Option<&str>, GatewayError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
 
     fn with(name: &'static str, value: &'static str) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -183,14 +183,10 @@ fn target_name(method: &str, params: Option<&RawObject<'_>>) -> Option<String> {
 
 /// The value of a header that may appear once.
 fn single<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h [u8]>, GatewayError> {
-    let mut values = headers.get_all(name).iter();
-    let first = values.next();
-    if values.next().is_some() {
-        return Err(GatewayError::HeaderMismatch(format!(
-            "the {name} header must appear once"
-        )));
-    }
-    Ok(first.map(|v| v.as_bytes()))
+    let value = headers::once(headers, name).map_err(|headers::Repeated| {
+        GatewayError::HeaderMismatch(format!("the {name} header must appear once"))
+    })?;
+    Ok(value.map(|v| v.as_bytes()))
 }
 
 /// The standard mirrored headers must be present and say what the body says (a tool call's
