@@ -59,8 +59,9 @@ impl SessionStore for RedisSessionStore {
             .await?;
         match created.0 {
             Some(_) => Ok(()),
-            // A 192-bit id collided: the random source is broken; refuse rather than overwrite.
-            None => Err(StoreError::Corrupt("session id already exists".into())),
+            // Two creations of one id raced (a 2024-11-05 `initialize` on two replicas), or a
+            // 192-bit id collided: refuse rather than overwrite.
+            None => Err(StoreError::Exists),
         }
     }
 

@@ -153,7 +153,14 @@ pub async fn open_session(
         session.close().await;
         return Err(match e {
             StoreError::Unavailable(_) => GatewayError::StoreUnavailable,
-            StoreError::Corrupt(_) => GatewayError::Internal,
+            // Only a 2024-11-05 session's id is chosen before `initialize`: another replica
+            // answered its `initialize` first.
+            StoreError::Exists if session.transport == ClientTransport::LegacySse => {
+                GatewayError::SessionNotOpened(
+                    "this session's `initialize` is already being answered",
+                )
+            }
+            StoreError::Exists | StoreError::Corrupt(_) => GatewayError::Internal,
         });
     }
     tenant.directory.insert(session.clone());

@@ -67,7 +67,11 @@ pub async fn session_for(
         client_info,
         gateway.bus.clone(),
     );
-    let (session, _, _) = open_session(gateway, tenant, Arc::new(session)).await?;
+    let session = match open_session(gateway, tenant, Arc::new(session)).await {
+        Ok((session, _, _)) => session,
+        // Another replica opened it at the same time (the id is the same on every replica).
+        Err(e) => return gateway.find_session(tenant, user, &id).await.map_err(|_| e),
+    };
     session.mark_initialized();
     gateway.persist(&session).await;
     Ok(session)

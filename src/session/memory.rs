@@ -50,13 +50,17 @@ impl SessionStore for MemorySessionStore {
         record: &SessionRecord,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        self.entries.insert(
-            key.clone(),
-            Entry {
-                record: record.clone(),
-                expires_at: Instant::now() + ttl,
-            },
-        );
+        match self.entries.entry(key.clone()) {
+            dashmap::Entry::Occupied(e) if e.get().expires_at > Instant::now() => {
+                return Err(StoreError::Exists);
+            }
+            e => {
+                e.insert(Entry {
+                    record: record.clone(),
+                    expires_at: Instant::now() + ttl,
+                });
+            }
+        }
         self.owners.insert(key.id.clone(), key.clone());
         Ok(())
     }

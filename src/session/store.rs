@@ -31,11 +31,14 @@ pub enum StoreError {
     Unavailable(String),
     #[error("session record is corrupt: {0}")]
     Corrupt(String),
+    /// `create` found a record under the id already (two creations raced, or ids collided).
+    #[error("a session with this id already exists")]
+    Exists,
 }
 
 /// Durable session records with a sliding time-to-live.
 pub trait SessionStore: Send + Sync {
-    /// Stores a new record.
+    /// Stores a new record; `Exists` when one is stored under the id (nothing is replaced).
     fn create(
         &self,
         key: &SessionKey,

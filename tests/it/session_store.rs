@@ -90,6 +90,21 @@ async fn contract(store: &SessionBackend, label: &str) {
         Some(&rec),
         "{label}: a record comes back exactly as stored"
     );
+    // A second creation under the id is refused and replaces nothing.
+    let mut other = rec.clone();
+    other.initialized = !rec.initialized;
+    assert!(
+        matches!(
+            store.create(&mine, &other, ttl).await,
+            Err(StoreError::Exists)
+        ),
+        "{label}: create over an existing record"
+    );
+    assert_eq!(
+        store.load(&mine, ttl).await.unwrap().as_ref(),
+        Some(&rec),
+        "{label}: the first record stays"
+    );
 
     // The same id under another user or tenant finds nothing; the owner index knows.
     for other in [key("acme", "mallory", &id), key("other", "alice", &id)] {

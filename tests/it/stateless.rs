@@ -334,6 +334,17 @@ async fn a_bridged_retry_reaching_another_replica_is_continued_by_the_holder() {
     let ask = json!({"name": "trigger-elicitation-request", "arguments": {},
                      "_meta": meta(json!({"elicitation": {}}))});
 
+    // The user's first requests reach both replicas at once: both open the same session (its
+    // id is derived from the user under the shared key); one creates it, the other finds it.
+    let list = json!({"_meta": meta(json!({}))});
+    let (ra, rb) = tokio::join!(
+        send(&a, 90, "tools/list", list.clone(), &[]),
+        send(&b, 91, "tools/list", list, &[])
+    );
+    for r in [&ra, &rb] {
+        assert!(r.last()["result"]["tools"].is_array(), "{:?}", r.last());
+    }
+
     let r = send(&a, 1, "tools/call", ask.clone(), &[]).await;
     let first = r.last()["result"].clone();
     assert_eq!(r.status, 200, "{r:?}");
