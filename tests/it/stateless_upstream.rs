@@ -196,14 +196,7 @@ async fn a_session_based_client_goes_through_multi_round_input_of_a_stateless_st
 #[tokio::test]
 async fn log_level_reaches_a_stateless_upstream_in_meta() {
     let peer = HttpPeer::demo(free_port(), &["--conformance", "--stateless"]).await;
-    let gw = TestGateway::start(config(vec![tenant(
-        "lv",
-        vec![upstream("fixture", http(&peer.url()))],
-    )]))
-    .await;
-    let mut c = RawClient::new(gw.url("lv"));
-    c.protocol_version = "2025-11-25".into();
-    c.initialize().await;
+    let (gw, c) = session_behind_gateway(&peer.url()).await;
     let logs = |r: &crate::support::client::Reply| {
         r.messages
             .iter()
@@ -245,14 +238,7 @@ async fn log_level_reaches_a_stateless_upstream_in_meta() {
 #[tokio::test]
 async fn list_changes_of_a_stateless_upstream_reach_listening_clients() {
     let peer = HttpPeer::python_server(free_port()).await;
-    let gw = TestGateway::start(config(vec![tenant(
-        "py",
-        vec![upstream("py", http(&peer.url()))],
-    )]))
-    .await;
-    let mut c = RawClient::new(gw.url("py"));
-    c.protocol_version = "2025-11-25".into();
-    c.initialize().await;
+    let (gw, c) = session_behind_gateway(&peer.url()).await;
     let before =
         crate::support::client::tool_names(c.request("tools/list", json!({})).await.last());
     assert!(
@@ -293,14 +279,7 @@ async fn cancelling_towards_a_stateless_http_upstream_closes_its_stream() {
     let trace = dir.path("trace.jsonl");
     let trace_arg = trace.display().to_string();
     let peer = HttpPeer::demo(free_port(), &["--stateless", "--trace", &trace_arg]).await;
-    let gw = TestGateway::start(config(vec![tenant(
-        "cx",
-        vec![upstream("demo", http(&peer.url()))],
-    )]))
-    .await;
-    let mut c = RawClient::new(gw.url("cx"));
-    c.protocol_version = "2025-11-25".into();
-    c.initialize().await;
+    let (gw, c) = session_behind_gateway(&peer.url()).await;
     let call = json!({"jsonrpc": "2.0", "id": 50, "method": "tools/call", "params": {
         "name": "sleep", "arguments": {"ms": 20000, "steps": 200},
         "_meta": {"progressToken": "slow"}}});
@@ -349,14 +328,7 @@ async fn cancelling_towards_a_stateless_http_upstream_closes_its_stream() {
 #[tokio::test]
 async fn resource_subscriptions_reach_a_stateless_upstream_through_listen() {
     let peer = HttpPeer::python_server(free_port()).await;
-    let gw = TestGateway::start(config(vec![tenant(
-        "py",
-        vec![upstream("py", http(&peer.url()))],
-    )]))
-    .await;
-    let mut c = RawClient::new(gw.url("py"));
-    c.protocol_version = "2025-11-25".into();
-    c.initialize().await;
+    let (gw, c) = session_behind_gateway(&peer.url()).await;
     let mut stream = get_stream(&c).await;
     assert_eq!(stream.status(), 200);
     let r = c
@@ -410,4 +382,14 @@ async fn get_stream(c: &RawClient) -> reqwest::Response {
         .collect();
     let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
     c.get_stream(&h).await
+}
+
+/// A gateway fronting the HTTP upstream at `url` alone, and a session-based (2025-11-25) client
+/// with its session open.
+async fn session_behind_gateway(url: &str) -> (TestGateway, RawClient) {
+    let gw = TestGateway::start(config(vec![tenant("up", vec![upstream("up", http(url))])])).await;
+    let mut c = RawClient::new(gw.url("up"));
+    c.protocol_version = "2025-11-25".into();
+    c.initialize().await;
+    (gw, c)
 }
