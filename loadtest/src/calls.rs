@@ -280,12 +280,11 @@ fn micros(d: Duration) -> u32 {
     u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
 }
 
-/// Sends a batch of `n` calls and reads the JSON array of their responses; every one must be
-/// a result that is not a tool error.
-async fn batch_exchange(
+/// Sends a request and reads its whole answer body; returns it with when its last byte came.
+/// An HTTP error status is an error.
+async fn answer_of(
     send: impl std::future::Future<Output = reqwest::Result<reqwest::Response>>,
-    n: usize,
-) -> Result<Instant, String> {
+) -> Result<(bytes::Bytes, Instant), String> {
     let resp = send.await.map_err(|e| e.to_string())?;
     let status = resp.status();
     let body = resp.bytes().await.map_err(|e| e.to_string())?;
@@ -293,6 +292,16 @@ async fn batch_exchange(
     if !status.is_success() {
         return Err(format!("HTTP {status}: {}", String::from_utf8_lossy(&body)));
     }
+    Ok((body, done))
+}
+
+/// Sends a batch of `n` calls and reads the JSON array of their responses; every one must be
+/// a result that is not a tool error.
+async fn batch_exchange(
+    send: impl std::future::Future<Output = reqwest::Result<reqwest::Response>>,
+    n: usize,
+) -> Result<Instant, String> {
+    let (body, done) = answer_of(send).await?;
     let answers: Vec<Answer<'_>> = serde_json::from_slice(&body).map_err(|e| {
         format!(
             "unreadable batch answer ({e}): {}",
@@ -336,13 +345,7 @@ struct ResultHead<'a> {
 async fn exchange(
     send: impl std::future::Future<Output = reqwest::Result<reqwest::Response>>,
 ) -> Result<(Option<String>, Instant), String> {
-    let resp = send.await.map_err(|e| e.to_string())?;
-    let status = resp.status();
-    let body = resp.bytes().await.map_err(|e| e.to_string())?;
-    let done = Instant::now();
-    if !status.is_success() {
-        return Err(format!("HTTP {status}: {}", String::from_utf8_lossy(&body)));
-    }
+    let (body, done) = answer_of(send).await?;
     // The last JSON-RPC message of the answer (the only one for JSON, the response for SSE).
     let last = body
         .split(|b| *b == b'\n')
