@@ -430,12 +430,22 @@ impl Connection {
         let stateless = self.stateless_meta(None);
         let replaced = rewrite_meta(params, 0, None, stateless.as_ref())?.0;
         let params = replaced.as_deref().or(params);
+        self.send_internal(method, params, None).await
+    }
+
+    /// Sends a request of the gateway's own; its answer comes to the receiver.
+    async fn send_internal(
+        self: &Arc<Self>,
+        method: &str,
+        params: Option<&RawValue>,
+        trace: Option<Propagation>,
+    ) -> Result<(u64, oneshot::Receiver<Result<InternalReply, GatewayError>>), GatewayError> {
         let id = self.allocate_id();
         let (tx, rx) = oneshot::channel();
         self.pending.insert(id, Pending::Internal(tx));
         let mcp = self.mcp_headers(method, params, None);
         let bytes = jsonrpc::request(&jsonrpc::raw_u64(id), method, params);
-        if let Err(e) = self.send_request(id, bytes, None, mcp).await {
+        if let Err(e) = self.send_request(id, bytes, trace, mcp).await {
             self.pending.remove(&id);
             return Err(e);
         }
@@ -459,15 +469,7 @@ impl Connection {
         timeout: Duration,
         trace: Option<Propagation>,
     ) -> Result<InternalReply, GatewayError> {
-        let id = self.allocate_id();
-        let (tx, rx) = oneshot::channel();
-        self.pending.insert(id, Pending::Internal(tx));
-        let mcp = self.mcp_headers(method, params, None);
-        let bytes = jsonrpc::request(&jsonrpc::raw_u64(id), method, params);
-        if let Err(e) = self.send_request(id, bytes, trace, mcp).await {
-            self.pending.remove(&id);
-            return Err(e);
-        }
+        let (id, rx) = self.send_internal(method, params, trace).await?;
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(reply)) => reply,
             Ok(Err(_)) => Err(GatewayError::UpstreamClosed {
