@@ -90,12 +90,9 @@ async fn member(
 ) -> Answer {
     match message {
         Err(e) => {
-            let id = match &e {
-                ParseError::InvalidRequest { id: Some(id), .. } => {
-                    RawValue::from_string(id.clone()).ok()
-                }
-                _ => None,
-            };
+            let id = e
+                .id()
+                .and_then(|id| RawValue::from_string(id.to_owned()).ok());
             Answer::Invalid(endpoint::parse_error(e).to_jsonrpc(id.as_deref()))
         }
         Ok(Message::Notification(n)) => {

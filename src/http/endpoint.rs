@@ -170,7 +170,10 @@ async fn post(
             .instrument(span.clone())
             .await;
     }
-    let message = jsonrpc::parse(&bytes).map_err(parse_error)?;
+    let message = match jsonrpc::parse(&bytes) {
+        Ok(m) => m,
+        Err(e) => return Ok(refuse_unparsed(e)),
+    };
     *label = describe(span, parts, &message);
     dispatch(gateway, tenant, principal, parts, &bytes, message)
         .instrument(span.clone())
@@ -297,11 +300,24 @@ fn message_params<'m>(message: &'m Message<'_>) -> Option<&'m RawValue> {
     }
 }
 
+/// The answer to a message that could not be taken: its id when one was readable.
+pub(super) fn refuse_unparsed(e: ParseError) -> Response<Body> {
+    let id = e
+        .id()
+        .and_then(|id| RawValue::from_string(id.to_owned()).ok());
+    parse_error(e).into_response(id.as_deref())
+}
+
 pub(super) fn parse_error(e: ParseError) -> GatewayError {
     match e {
         ParseError::NotJson(detail) => GatewayError::Parse(detail),
         ParseError::Batch => GatewayError::BatchNotSupported,
-        ParseError::InvalidRequest { reason, .. } => GatewayError::InvalidRequest(reason.into()),
+        ParseError::InvalidRequest { reason, .. } => {
+            GatewayError::InvalidRequest(reason.into_owned())
+        }
+        ParseError::Ambiguous { ambiguity, .. } => {
+            GatewayError::InvalidRequest(ambiguity.to_string())
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use tracing::Instrument;
 
-use super::endpoint::{self, Recorded, accepted, describe, note_session, parse_error};
+use super::endpoint::{self, Recorded, accepted, describe, note_session, refuse_unparsed};
 use super::{headers, sse};
 use crate::auth::Principal;
 use crate::cluster::BusMessage;
@@ -235,7 +235,10 @@ async fn post(
     let bytes = axum::body::to_bytes(body, limit)
         .await
         .map_err(|_| GatewayError::BodyTooLarge { limit })?;
-    let message = jsonrpc::parse(&bytes).map_err(parse_error)?;
+    let message = match jsonrpc::parse(&bytes) {
+        Ok(m) => m,
+        Err(e) => return Ok(refuse_unparsed(e)),
+    };
     *label = describe(span, parts, &message);
     headers::protocol_version(&parts.headers)?;
     dispatch(gateway, tenant, principal, &presented, &bytes, message)

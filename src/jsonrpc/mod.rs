@@ -5,6 +5,7 @@
 mod encode;
 mod object;
 mod parse;
+pub mod strict;
 
 pub use encode::{
     error_body, error_response, notification, request, response_with_id, result_prefix,
@@ -54,6 +55,13 @@ pub fn is_valid_id(raw: &RawValue) -> bool {
         Some(b'-' | b'0'..=b'9') => s.iter().all(|b| matches!(b, b'-' | b'0'..=b'9')),
         _ => false,
     }
+}
+
+/// Whether JSON `text` may hold `needle` (a member name or a string, as written in the text): it
+/// appears verbatim, or the text has a `\u` escape, which can spell any name or string. The cheap
+/// test before a parse; never a false negative, so an escaped name cannot slip past it.
+pub fn may_hold(text: &str, needle: &str) -> bool {
+    text.contains(needle) || text.contains("\\u")
 }
 
 /// Owned copy of a raw JSON value.

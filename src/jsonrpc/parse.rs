@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::is_valid_id;
+use super::strict::{self, Ambiguity};
 
 /// One parsed JSON-RPC message borrowing from the input buffer.
 #[derive(Debug)]
@@ -51,9 +52,28 @@ pub enum ParseError {
     Batch,
     /// JSON, but not a valid JSON-RPC 2.0 message (-32600).
     InvalidRequest {
-        reason: &'static str,
+        reason: Cow<'static, str>,
         id: Option<String>,
     },
+    /// A JSON-RPC message that parsers would read differently (duplicate member names), refused
+    /// whole (-32600). `id` when the envelope was readable; `response` when it was an answer.
+    Ambiguous {
+        ambiguity: Ambiguity,
+        id: Option<String>,
+        response: bool,
+    },
+}
+
+impl ParseError {
+    /// The id of the message, when it could be read.
+    pub fn id(&self) -> Option<&str> {
+        match self {
+            ParseError::InvalidRequest { id, .. } | ParseError::Ambiguous { id, .. } => {
+                id.as_deref()
+            }
+            ParseError::NotJson(_) | ParseError::Batch => None,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -91,7 +111,7 @@ pub fn parse(input: &[u8]) -> Result<Message<'_>, ParseError> {
             return match serde_json::from_slice::<&RawValue>(input) {
                 Err(e) => Err(ParseError::NotJson(e.to_string())),
                 Ok(_) => Err(ParseError::InvalidRequest {
-                    reason: "a JSON-RPC message must be a JSON object",
+                    reason: "a JSON-RPC message must be a JSON object".into(),
                     id: None,
                 }),
             };
@@ -101,15 +121,30 @@ pub fn parse(input: &[u8]) -> Result<Message<'_>, ParseError> {
         Ok(env) => env,
         Err(e) if e.is_syntax() || e.is_eof() => return Err(ParseError::NotJson(e.to_string())),
         Err(_) => {
-            return Err(ParseError::InvalidRequest {
-                reason: "members have the wrong JSON types",
-                id: None,
+            // serde reports a duplicated envelope member as a type error: name it.
+            return Err(match strict::check(input) {
+                Err(ambiguity) => ParseError::Ambiguous {
+                    ambiguity,
+                    id: None,
+                    response: false,
+                },
+                Ok(()) => ParseError::InvalidRequest {
+                    reason: "members have the wrong JSON types".into(),
+                    id: None,
+                },
             });
         }
     };
     let id_text = env.id.map(|id| id.get().to_owned());
-    let invalid = |reason| ParseError::InvalidRequest {
-        reason,
+    if let Err(ambiguity) = strict::check(input) {
+        return Err(ParseError::Ambiguous {
+            ambiguity,
+            id: id_text,
+            response: env.method.is_none(),
+        });
+    }
+    let invalid = |reason: &'static str| ParseError::InvalidRequest {
+        reason: reason.into(),
         id: id_text.clone(),
     };
     if env.jsonrpc.as_deref() != Some("2.0") {
@@ -171,14 +206,14 @@ pub fn split_batch(input: &[u8]) -> Result<Vec<&RawValue>, ParseError> {
         Err(e) if e.is_syntax() || e.is_eof() => return Err(ParseError::NotJson(e.to_string())),
         Err(_) => {
             return Err(ParseError::InvalidRequest {
-                reason: "a batch must be a JSON array",
+                reason: "a batch must be a JSON array".into(),
                 id: None,
             });
         }
     };
     if members.is_empty() {
         return Err(ParseError::InvalidRequest {
-            reason: "a batch must hold at least one message",
+            reason: "a batch must hold at least one message".into(),
             id: None,
         });
     }

@@ -55,7 +55,7 @@ fn rejects_invalid_messages_with_reasons() {
     assert_eq!(
         e,
         ParseError::InvalidRequest {
-            reason: "`jsonrpc` must be \"2.0\"",
+            reason: "`jsonrpc` must be \"2.0\"".into(),
             id: Some("3".into())
         }
     );

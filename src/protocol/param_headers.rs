@@ -37,10 +37,9 @@ impl ParamHeaders {
     /// Reads the `x-mcp-header` annotations of a tool's `inputSchema`. `Ok(None)` when it has
     /// none; `Err` with the reason when one breaks the rules (the tool must then be left out).
     pub fn from_raw_schema(schema: &RawValue) -> Result<Option<ParamHeaders>, String> {
-        // Most tools have no annotation: their schema is not parsed. An escaped key could
-        // spell the keyword without this text, so escapes are parsed too.
+        // Most tools have no annotation: their schema is not parsed.
         let text = schema.get();
-        if !text.contains(ANNOTATION) && !text.contains("\\u") {
+        if !crate::jsonrpc::may_hold(text, ANNOTATION) {
             return Ok(None);
         }
         let schema: Value = serde_json::from_str(text).map_err(|_| "inputSchema is not JSON")?;

@@ -24,7 +24,7 @@ pub fn prefix_result_uris(
     prefix: &str,
 ) -> Option<Box<RawValue>> {
     let text = result.get();
-    if !text.contains("\"uri\"") {
+    if !jsonrpc::may_hold(text, "\"uri\"") {
         return None;
     }
     let mut obj = RawObject::parse(result).ok()?;

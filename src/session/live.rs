@@ -424,7 +424,7 @@ impl LiveSession {
         &self,
         params: &RawValue,
     ) -> Option<(Box<RawValue>, ProgressMapping)> {
-        if !params.get().contains("progressToken") {
+        if !jsonrpc::may_hold(params.get(), "progressToken") {
             return None;
         }
         let mut obj = RawObject::parse(params).ok()?;

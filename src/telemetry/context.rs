@@ -80,7 +80,7 @@ struct MetaCarrier {
 impl MetaCarrier {
     fn of(params: &RawValue) -> Option<MetaCarrier> {
         // Most requests carry no trace context: skip the parse.
-        if !params.get().contains(TRACEPARENT) {
+        if !crate::jsonrpc::may_hold(params.get(), TRACEPARENT) {
             return None;
         }
         let obj = RawObject::parse(params).ok()?;

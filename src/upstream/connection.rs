@@ -642,6 +642,23 @@ impl Connection {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(upstream = %self.info.name, error = ?e, "dropping an invalid message from the upstream");
+                // An answer whose id could be read (one with duplicate member names) ends its
+                // request with an error now rather than at its timeout.
+                if let jsonrpc::ParseError::Ambiguous {
+                    ambiguity,
+                    id: Some(id),
+                    response: true,
+                } = e
+                    && let Ok(id) = id.parse::<u64>()
+                {
+                    self.fail(
+                        id,
+                        GatewayError::UpstreamProtocol {
+                            upstream: self.info.name.to_string(),
+                            reason: ambiguity.to_string(),
+                        },
+                    );
+                }
                 return;
             }
         };
@@ -974,7 +991,7 @@ fn rewrite_meta<'a>(
     trace: Option<&Propagation>,
     stateless: Option<&'a StatelessMeta<'a>>,
 ) -> Result<(Option<Box<RawValue>>, Option<Box<RawValue>>), GatewayError> {
-    let may_have_token = params.is_some_and(|p| p.get().contains("progressToken"));
+    let may_have_token = params.is_some_and(|p| jsonrpc::may_hold(p.get(), "progressToken"));
     if !may_have_token && trace.is_none() && stateless.is_none() {
         return Ok((None, None));
     }

@@ -53,7 +53,7 @@ struct InputRequest<'a> {
 
 /// Whether a result is an `input_required` one (checked cheaply before parsing).
 pub fn is_input_required(result: &RawValue) -> bool {
-    result.get().contains("input_required")
+    crate::jsonrpc::may_hold(result.get(), "input_required")
         && serde_json::from_str::<InputRequired<'_>>(result.get())
             .is_ok_and(|r| r.result_type.as_deref() == Some("input_required"))
 }

@@ -1,0 +1,353 @@
+//! Refusing JSON that two conforming parsers read differently: an object holding two members of
+//! the same name, or a member name that is not Unicode (a lone surrogate escape).
+//!
+//! RFC 8259 §4 leaves duplicate names to the parser: the gateway's readers see the first member,
+//! the official SDKs (`JSON.parse`, Python's `json`, pydantic) keep the last. A message the
+//! gateway checked by one member and forwarded with another would let a client call a tool its
+//! policy hides, or steer a progress token into another session's request. So every message,
+//! from a client or an upstream, is checked here once, whole, before any of it is read: with
+//! unique names, every parser of the forwarded bytes sees what the gateway saw (RFC 7493, I-JSON).
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::fmt;
+
+/// Why a message is ambiguous; `Display` names the member, e.g. `params._meta.progressToken`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ambiguity {
+    /// Two members of one object have this name.
+    DuplicateName { path: String },
+    /// A member name holds an escape that is not Unicode (an unpaired surrogate).
+    InvalidName { path: String },
+}
+
+impl fmt::Display for Ambiguity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ambiguity::DuplicateName { path } => write!(
+                f,
+                "duplicate member name `{path}`: every member name of a JSON object must be unique"
+            ),
+            Ambiguity::InvalidName { path } => {
+                write!(f, "member name `{path}` is not valid Unicode")
+            }
+        }
+    }
+}
+
+/// Objects with more members than this are checked with a hash set instead of a scan.
+const LINEAR_SCAN_MAX: usize = 16;
+/// The longest path shown in an error (member names are the sender's, of any length).
+const MAX_PATH: usize = 200;
+
+/// Checks that no object in `input` (a JSON text, already validated by `serde_json`) has two
+/// members of the same name, comparing names after unescaping as every parser does.
+///
+/// Iterative (no recursion, whatever the nesting), one pass, no allocation for a message whose
+/// objects are small and whose names have no escapes beyond the two stacks' first growth.
+pub fn check(input: &[u8]) -> Result<(), Ambiguity> {
+    let mut scan = Scan {
+        input,
+        frames: Vec::new(),
+        names: Vec::new(),
+    };
+    scan.run()
+}
+
+/// One open object or array.
+struct Frame {
+    object: bool,
+    /// Where this object's names start in `Scan::names`.
+    names_start: usize,
+    /// For objects: the current member's name as written (for error paths); for arrays: the
+    /// current element's index.
+    key: (usize, usize),
+    index: usize,
+    /// The next string is a member name.
+    expect_name: bool,
+    /// Names of a large object, for constant-time lookups.
+    set: Option<HashSet<Cow<'static, str>>>,
+}
+
+struct Scan<'a> {
+    input: &'a [u8],
+    frames: Vec<Frame>,
+    names: Vec<Cow<'a, str>>,
+}
+
+impl<'a> Scan<'a> {
+    fn run(&mut self) -> Result<(), Ambiguity> {
+        let input = self.input;
+        let mut i = 0;
+        while i < input.len() {
+            match input[i] {
+                b'"' => {
+                    let (end, escaped) = string_end(input, i + 1);
+                    let is_name = self
+                        .frames
+                        .last()
+                        .is_some_and(|f| f.object && f.expect_name);
+                    if is_name {
+                        self.name(i + 1, end, escaped)?;
+                    }
+                    i = end + 1;
+                    continue;
+                }
+                b'{' | b'[' => self.frames.push(Frame {
+                    object: input[i] == b'{',
+                    names_start: self.names.len(),
+                    key: (0, 0),
+                    index: 0,
+                    expect_name: input[i] == b'{',
+                    set: None,
+                }),
+                b'}' | b']' => {
+                    if let Some(frame) = self.frames.pop() {
+                        self.names.truncate(frame.names_start);
+                    }
+                }
+                b',' => {
+                    if let Some(frame) = self.frames.last_mut() {
+                        if frame.object {
+                            frame.expect_name = true;
+                        } else {
+                            frame.index += 1;
+                        }
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+
+    /// A member name at `input[start..end]` (without quotes) of the innermost object.
+    fn name(&mut self, start: usize, end: usize, escaped: bool) -> Result<(), Ambiguity> {
+        let input = self.input;
+        let raw = &input[start..end.min(input.len())];
+        let name: Cow<'a, str> = if escaped {
+            // Unescaped exactly as serde_json (and every conforming parser) does; a quoted
+            // slice of valid JSON is a valid JSON string unless an escape is not Unicode.
+            let quoted = &input[start - 1..(end + 1).min(input.len())];
+            match serde_json::from_slice::<String>(quoted) {
+                Ok(s) => Cow::Owned(s),
+                Err(_) => {
+                    self.set_key(start, end);
+                    return Err(Ambiguity::InvalidName { path: self.path() });
+                }
+            }
+        } else {
+            match std::str::from_utf8(raw) {
+                Ok(s) => Cow::Borrowed(s),
+                Err(_) => {
+                    self.set_key(start, end);
+                    return Err(Ambiguity::InvalidName { path: self.path() });
+                }
+            }
+        };
+        self.set_key(start, end);
+        let names = &mut self.names;
+        let Some(frame) = self.frames.last_mut() else {
+            return Ok(());
+        };
+        frame.expect_name = false;
+        let siblings = &names[frame.names_start..];
+        let duplicate = match &mut frame.set {
+            Some(set) => !set.insert(Cow::Owned(name.into_owned())),
+            None if siblings.len() < LINEAR_SCAN_MAX => {
+                let found = siblings.contains(&name);
+                names.push(name);
+                found
+            }
+            None => {
+                let mut set: HashSet<Cow<'static, str>> = siblings
+                    .iter()
+                    .map(|n| Cow::Owned(n.clone().into_owned()))
+                    .collect();
+                let fresh = set.insert(Cow::Owned(name.into_owned()));
+                frame.set = Some(set);
+                !fresh
+            }
+        };
+        if duplicate {
+            return Err(Ambiguity::DuplicateName { path: self.path() });
+        }
+        Ok(())
+    }
+
+    fn set_key(&mut self, start: usize, end: usize) {
+        if let Some(frame) = self.frames.last_mut() {
+            frame.key = (start, end);
+        }
+    }
+
+    /// The path of the innermost member, e.g. `params.arguments["a b"][2].x`, bounded.
+    fn path(&self) -> String {
+        let mut out = String::new();
+        for frame in &self.frames {
+            if frame.object {
+                let raw = &self.input[frame.key.0..frame.key.1.min(self.input.len())];
+                let name = String::from_utf8_lossy(raw);
+                let plain = !name.is_empty()
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$');
+                if plain {
+                    if !out.is_empty() {
+                        out.push('.');
+                    }
+                    out.push_str(&name);
+                } else {
+                    out.push_str("[\"");
+                    out.push_str(&name);
+                    out.push_str("\"]");
+                }
+            } else {
+                out.push('[');
+                out.push_str(&frame.index.to_string());
+                out.push(']');
+            }
+            if out.len() > MAX_PATH {
+                break;
+            }
+        }
+        if out.len() > MAX_PATH {
+            let mut cut = MAX_PATH;
+            while !out.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            out.truncate(cut);
+            out.push('…');
+        }
+        out
+    }
+}
+
+/// The index of the quote closing the string whose contents start at `from`, and whether the
+/// string holds an escape. Never reads past the end (an unterminated string ends there).
+fn string_end(input: &[u8], from: usize) -> (usize, bool) {
+    let mut i = from;
+    let mut escaped = false;
+    while i < input.len() {
+        match memchr::memchr2(b'"', b'\\', &input[i..]) {
+            None => return (input.len(), escaped),
+            Some(at) => {
+                let pos = i + at;
+                if input[pos] == b'"' {
+                    return (pos, escaped);
+                }
+                escaped = true;
+                // Skip the backslash and the character it escapes (`\"`, `\\`, `\u`...).
+                i = pos + 2;
+            }
+        }
+    }
+    (input.len(), escaped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dup(input: &str) -> String {
+        match check(input.as_bytes()) {
+            Err(Ambiguity::DuplicateName { path }) => path,
+            other => panic!("expected a duplicate in {input}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unique_names_pass() {
+        for ok in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"name":"b"}}}"#,
+            r#"{"a":{"a":{"a":1}},"b":[{"a":1},{"a":2}]}"#,
+            r#"{"k":"a\"b","\"k":1}"#,
+            r#"["x",{"x":1,"y":"}{,"}]"#,
+            r#"{}"#,
+            r#"{"a":[],"b":{}}"#,
+        ] {
+            assert_eq!(check(ok.as_bytes()), Ok(()), "{ok}");
+        }
+    }
+
+    #[test]
+    fn duplicates_are_found_at_any_depth_with_their_path() {
+        assert_eq!(dup(r#"{"name":"echo","name":"get-env"}"#), "name");
+        assert_eq!(
+            dup(r#"{"params":{"_meta":{"progressToken":1,"progressToken":5}}}"#),
+            "params._meta.progressToken"
+        );
+        assert_eq!(
+            dup(r#"{"params":{"arguments":{"xs":[1,{"a b":1,"a b":2}]}}}"#),
+            r#"params.arguments.xs[1]["a b"]"#
+        );
+        // The envelope itself.
+        assert_eq!(dup(r#"{"id":1,"method":"m","id":2}"#), "id");
+    }
+
+    #[test]
+    fn names_are_compared_unescaped() {
+        assert_eq!(dup(r#"{"name":"a","na\u006de":"b"}"#), r#"["na\u006de"]"#);
+        assert_eq!(dup(r#"{"\u00e9":1,"é":2}"#), "[\"é\"]");
+        // Surrogate pairs decode to one character.
+        assert_eq!(dup(r#"{"😀":1,"\ud83d\ude00":2}"#), r#"["\ud83d\ude00"]"#);
+        // A closing quote inside an escaped name does not end it.
+        assert_eq!(check(br#"{"a\"":1,"a":2}"#), Ok(()));
+    }
+
+    #[test]
+    fn lone_surrogates_in_names_are_refused() {
+        assert!(matches!(
+            check(br#"{"\ud800":1}"#),
+            Err(Ambiguity::InvalidName { .. })
+        ));
+    }
+
+    #[test]
+    fn siblings_only_not_cousins() {
+        // The same name in different objects is fine; names do not leak out of a closed object.
+        assert_eq!(check(br#"{"a":{"x":1},"b":{"x":2},"x":3}"#), Ok(()));
+        assert_eq!(check(br#"[{"x":1},{"x":2}]"#), Ok(()));
+    }
+
+    #[test]
+    fn large_objects_switch_to_a_set() {
+        let members: Vec<String> = (0..100).map(|i| format!("\"k{i}\":{i}")).collect();
+        let ok = format!("{{{}}}", members.join(","));
+        assert_eq!(check(ok.as_bytes()), Ok(()));
+        let bad = format!("{{{},\"k7\":0}}", members.join(","));
+        assert_eq!(dup(&bad), "k7");
+        // A duplicate found before the switch, and names escaped after it.
+        let bad = format!("{{{},\"k\\u0039\":0}}", members.join(","));
+        assert_eq!(dup(&bad), "[\"k\\u0039\"]");
+    }
+
+    #[test]
+    fn deep_nesting_does_not_recurse() {
+        let depth = 100_000;
+        let text = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        assert_eq!(check(text.as_bytes()), Ok(()));
+        let text = format!(
+            "{}{{\"a\":1,\"a\":2}}{}",
+            "{\"x\":".repeat(depth),
+            "}".repeat(depth)
+        );
+        let path = dup(&text);
+        assert!(path.len() <= MAX_PATH + '…'.len_utf8(), "{}", path.len());
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        for junk in [
+            &b"\""[..],
+            b"{\"a",
+            b"{\"a\\",
+            b"}}]]",
+            b"{\"a\":1,\"a\\",
+            b"{\"\xff\":1}",
+        ] {
+            let _ = check(junk);
+        }
+    }
+}
