@@ -206,11 +206,15 @@ fn check(path: &Path) -> ExitCode {
         return ExitCode::FAILURE;
     };
     let upstreams: usize = config.tenants.iter().map(|t| t.upstreams.len()).sum();
+    for warning in &config.warnings {
+        println!("warning: {warning}");
+    }
     println!(
-        "{}: ok ({} tenant(s), {} upstream(s))",
+        "{}: ok ({} tenant(s), {} upstream(s), {} warning(s))",
         path.display(),
         config.tenants.len(),
-        upstreams
+        upstreams,
+        config.warnings.len()
     );
     ExitCode::SUCCESS
 }
@@ -292,6 +296,7 @@ fn gateway_main(
         }
     };
     let telemetry = telemetry::init(format, &config.telemetry);
+    config::log_warnings(&config);
     let code = match runtime() {
         Some(rt) => rt.block_on(async move {
             let demo = match demo.map(serve_demo_upstream).transpose() {

@@ -105,6 +105,7 @@ pub async fn reload(gateway: &Gateway, source: &ConfigSource) -> Outcome {
                 Outcome::Rejected
             }
             Ok(report) => {
+                crate::config::log_warnings(&config);
                 if !report.needs_restart.is_empty() {
                     tracing::warn!(
                         target: "switchyard::config",

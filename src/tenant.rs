@@ -12,7 +12,7 @@ use crate::config::{Limits, PrefixMode, TenantConfig, UpstreamConfig};
 use crate::policy::ToolPolicies;
 use crate::router::CursorKey;
 use crate::session::{LegacyStreams, LiveSession, SessionId};
-use crate::upstream::{Ending, Naming, Upstream};
+use crate::upstream::{Ending, Naming, Upstream, UpstreamId};
 
 /// The live sessions of a tenant on this replica, and the 2024-11-05 streams held here.
 #[derive(Default)]
@@ -77,6 +77,9 @@ pub struct Tenant {
     pub authenticator: Option<Arc<Authenticator>>,
     /// Who may use which tools.
     pub policies: ToolPolicies,
+    /// The tool list version (catalog generation) each upstream named by a policy was last
+    /// checked at, so a pattern matching no tool is reported once per start, reload or change.
+    pub policy_audits: std::sync::Mutex<std::collections::HashMap<UpstreamId, u64>>,
 }
 
 impl Tenant {
@@ -188,8 +191,25 @@ impl Tenant {
             },
             authenticator,
             policies: ToolPolicies::new(&config.tool_policies),
+            policy_audits: Default::default(),
         });
         Ok((tenant, retired))
+    }
+
+    /// Whether the tool list of `upstream` at `generation` still has to be checked against the
+    /// policies (and records that it is being checked).
+    pub fn claim_policy_audit(&self, upstream: UpstreamId, generation: u64) -> bool {
+        let Ok(mut audits) = self.policy_audits.lock() else {
+            return false;
+        };
+        audits.insert(upstream, generation) != Some(generation)
+    }
+
+    /// Forgets a claimed check that could not be made, so the next listing tries again.
+    pub fn release_policy_audit(&self, upstream: UpstreamId) {
+        if let Ok(mut audits) = self.policy_audits.lock() {
+            audits.remove(&upstream);
+        }
     }
 
     /// Whether the tenant is a transparent proxy for a single upstream: no names to rewrite,

@@ -50,7 +50,10 @@ pub(super) fn parse(
     errors.extend(ctx.into_errors());
     errors.extend(checker.errors);
     match config {
-        Some(config) if errors.is_empty() => Ok(config),
+        Some(mut config) if errors.is_empty() => {
+            config.warnings = ConfigErrors::sorted(checker.warnings).errors;
+            Ok(config)
+        }
         _ => {
             if errors.is_empty() {
                 errors.push(error_at(

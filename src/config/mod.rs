@@ -32,6 +32,7 @@ mod security_tests;
 mod tests;
 
 pub use error::{ConfigError, ConfigErrors};
+pub use rules_security::glob;
 
 /// Reads and validates the config file at `path`, substituting `${VAR}` from the process
 /// environment. On failure every problem found is returned, each with `file:line:col`.
@@ -42,6 +43,13 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     let mut config = parse(&text, &file, &env)?;
     config.source = Some(path.to_path_buf());
     Ok(config)
+}
+
+/// Logs what validation accepted with a warning (at start and on every reload).
+pub fn log_warnings(config: &Config) {
+    for warning in &config.warnings {
+        tracing::warn!(target: "switchyard::config", "{warning}");
+    }
 }
 
 /// The text of the config file at `path`; a file that cannot be read is one config error.
@@ -84,6 +92,9 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// At least one tenant; names and paths unique.
     pub tenants: Vec<TenantConfig>,
+    /// What validation accepted but most likely is not what was meant (`check` prints them,
+    /// `run` and reloads log them).
+    pub warnings: Vec<ConfigError>,
 }
 
 /// OpenTelemetry traces. The standard `OTEL_*` environment variables apply on top (and can
@@ -213,10 +224,14 @@ pub enum JwtAlgorithm {
     EdDSA,
 }
 
-/// Who may use which tools.
+/// Who may use which tools. A policy names tools as their upstream knows them (the upstream's
+/// name and its own tool names), never by public name: adding an upstream (which turns prefixes
+/// on) or changing the separator cannot make a policy miss the tool it protects.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolPolicy {
-    /// Public tool names or glob patterns (`*` matches any run of characters).
+    /// The upstream name, or a glob pattern over upstream names (`*` matches any run).
+    pub upstream: String,
+    /// The upstream's own tool names or glob patterns (`*` matches any run of characters).
     pub tools: Vec<String>,
     /// Scopes the token must carry (a missing scope is a 403 `insufficient_scope` on call).
     pub scopes: Vec<String>,

@@ -31,6 +31,7 @@ pub struct RawAuth {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawToolPolicy {
+    pub upstream: Field<String>,
     pub tools: Field<Vec<Sp<String>>>,
     pub scopes: Field<Vec<Sp<String>>>,
     pub claims: Field<Pairs>,

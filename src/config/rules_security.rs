@@ -248,14 +248,59 @@ pub fn tool_pattern(pattern: &str) -> Result<(), String> {
     if !pattern.is_empty() && pattern.chars().all(valid) {
         Ok(())
     } else {
-        Err("tool patterns are public tool names (A-Z, a-z, 0-9, '_', '.', '-') with '*' matching any run of characters".to_owned())
+        Err("tool patterns are the upstream's own tool names (A-Z, a-z, 0-9, '_', '.', '-') with '*' matching any run of characters".to_owned())
     }
+}
+
+/// A policy's `upstream`: an upstream name, or a pattern over them with `*`.
+pub fn upstream_pattern(pattern: &str) -> Result<(), String> {
+    let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '*');
+    if !pattern.is_empty() && pattern.chars().all(valid) {
+        Ok(())
+    } else {
+        Err("`upstream` is an upstream name (A-Z, a-z, 0-9, '-') or a pattern with '*' matching any run of characters".to_owned())
+    }
+}
+
+/// `*` matches any run of characters (including none); everything else matches itself.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob("files__*", "files__read"));
+        assert!(glob("*", "anything"));
+        assert!(glob("a*b*c", "a-x-b-y-c"));
+        assert!(glob("exact", "exact"));
+        assert!(!glob("exact", "exact2"));
+        assert!(!glob("files__*", "files_read"));
+        assert!(glob("*__write", "files__write"));
+        assert!(!glob("*__write", "files__write2"));
+        assert!(!glob("a*bc", "abc_"));
+        assert!(glob("a*a", "aa"));
+        assert!(!glob("a*a", "a"));
+    }
 
     #[test]
     fn web_urls() {

@@ -95,16 +95,49 @@ fn auth_rules() {
 fn tool_policy_rules() {
     assert_eq!(
         errors(&tenant(
-            "    auth: {issuer: \"https://i\"}\n    tool_policies:\n      - {scopes: [a]}\n      - {tools: [], claims: {g: a}}\n      - {tools: [\"a b\", \"ok*\"], claims: {\"\": x, g: [a]}, scope: [a]}\n      - {tools: [x], scopes: [], claims: {}}\n"
+            "    auth: {issuer: \"https://i\"}\n    tool_policies:\n      - {upstream: a, scopes: [a]}\n      - {upstream: a, tools: [], claims: {g: a}}\n      - {upstream: a, tools: [\"a b\", \"ok*\"], claims: {\"\": x, g: [a]}, scope: [a]}\n      - {upstream: a, tools: [x], scopes: [], claims: {}}\n"
         )),
         vec![
-            "sec.yaml:5:9: tenants[0].tool_policies[0]: missing required field `tools`",
-            "sec.yaml:6:17: tenants[0].tool_policies[1].tools: at least one tool name or pattern is required, e.g. [\"files__write*\"]",
-            "sec.yaml:7:18: tenants[0].tool_policies[2].tools[0]: invalid tool pattern \"a b\": tool patterns are public tool names (A-Z, a-z, 0-9, '_', '.', '-') with '*' matching any run of characters",
-            "sec.yaml:7:42: tenants[0].tool_policies[2].claims[\"\"]: claim names must not be empty",
-            "sec.yaml:7:52: tenants[0].tool_policies[2].claims.g: expected a string, found a list",
-            "sec.yaml:7:58: tenants[0].tool_policies[2]: unknown field `scope`, did you mean `scopes`? expected one of: tools, scopes, claims",
+            "sec.yaml:6:30: tenants[0].tool_policies[1].tools: at least one tool name or pattern is required, e.g. [\"write*\"] (leave `tools` out to mean every tool of the upstream)",
+            "sec.yaml:7:31: tenants[0].tool_policies[2].tools[0]: invalid tool pattern \"a b\": tool patterns are the upstream's own tool names (A-Z, a-z, 0-9, '_', '.', '-') with '*' matching any run of characters",
+            "sec.yaml:7:55: tenants[0].tool_policies[2].claims[\"\"]: claim names must not be empty",
+            "sec.yaml:7:65: tenants[0].tool_policies[2].claims.g: expected a string, found a list",
+            "sec.yaml:7:71: tenants[0].tool_policies[2]: unknown field `scope`, did you mean `scopes`? expected one of: upstream, tools, scopes, claims",
             "sec.yaml:8:9: tenants[0].tool_policies[3]: a policy must require scopes or claims: set `scopes`, `claims` or both (a policy requiring nothing restricts nothing)",
+        ]
+    );
+    // Omitted `tools` means every tool of the upstream.
+    let config = ok(&tenant(
+        "    auth: {issuer: \"https://i\"}\n    tool_policies:\n      - {upstream: a, scopes: [a]}\n",
+    ));
+    assert_eq!(config.tenants[0].tool_policies[0].tools, ["*"]);
+}
+
+#[test]
+fn tool_policies_name_the_tool_itself() {
+    // A policy without `upstream` (the public-name form of earlier versions) is refused with
+    // the way to write it; one naming no upstream of the tenant would protect nothing.
+    assert_eq!(
+        errors(&tenant(
+            "    auth: {issuer: \"https://i\"}\n    tool_policies:\n      - {tools: [\"a__write*\"], scopes: [s]}\n      - {upstream: files, scopes: [s]}\n      - {upstream: \"b*\", scopes: [s]}\n      - {upstream: \"a b\", scopes: [s]}\n"
+        )),
+        vec![
+            "sec.yaml:5:9: tenants[0].tool_policies[0]: missing required field `upstream`: a policy names the upstream and the tools as that upstream names them (e.g. `upstream: files` with `tools: [\"write*\"]`), so prefixing or renaming never changes what it protects",
+            "sec.yaml:6:20: tenants[0].tool_policies[1].upstream: \"files\" names no upstream of this tenant (its upstreams: a): the policy would protect nothing",
+            "sec.yaml:7:20: tenants[0].tool_policies[2].upstream: \"b*\" names no upstream of this tenant (its upstreams: a): the policy would protect nothing",
+            "sec.yaml:8:20: tenants[0].tool_policies[3].upstream: invalid upstream \"a b\": `upstream` is an upstream name (A-Z, a-z, 0-9, '-') or a pattern with '*' matching any run of characters",
+        ]
+    );
+    // A pattern written as a public name is accepted with a warning (an upstream may name its
+    // own tools that way), which `check` prints and `run` logs.
+    let config = ok(&tenant(
+        "    auth: {issuer: \"https://i\"}\n    tool_policies:\n      - {upstream: \"*\", tools: [\"a__write*\", read], scopes: [s]}\n",
+    ));
+    let warnings: Vec<String> = config.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        warnings,
+        [
+            "sec.yaml:5:33: tenants[0].tool_policies[0].tools[0]: tool pattern \"a__write*\" looks like a public name: policies match the upstream's own tool names, so it matches a tool of \"a\" only if that upstream itself names it so (did you mean \"write*\"?)"
         ]
     );
 }

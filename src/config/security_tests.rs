@@ -105,9 +105,11 @@ tenants:
       required_scopes: [mcp]
       scopes_supported: [mcp, "files:write"]
     tool_policies:
-      - tools: ["files__write*", "admin__*"]
+      - upstream: search
+        tools: ["write*", "admin_*"]
         scopes: ["files:write"]
-      - tools: [admin__reset]
+      - upstream: "*"
+        tools: [admin_reset]
         claims: {{groups: admins, level: 3}}
     upstreams:
       - name: search
@@ -165,10 +167,12 @@ tenants:
     let [write, reset] = tenant.tool_policies.as_slice() else {
         panic!("two policies")
     };
-    assert_eq!(write.tools, ["files__write*", "admin__*"]);
+    assert_eq!(write.upstream, "search");
+    assert_eq!(write.tools, ["write*", "admin_*"]);
     assert_eq!(write.scopes, ["files:write"]);
     assert!(write.claims.is_empty());
-    assert_eq!(reset.tools, ["admin__reset"]);
+    assert_eq!(reset.upstream, "*");
+    assert_eq!(reset.tools, ["admin_reset"]);
     assert!(reset.scopes.is_empty());
     let claims: Vec<(&str, &str)> = reset
         .claims
@@ -273,7 +277,7 @@ tenants:
       issuer: idp.example/realms/acme
       algorithms: [RS256, HS256, none, RS265]
     tool_policies:
-      - tools: ["files__write*"]
+      - {{upstream: search, tools: ["write*"]}}
     upstreams:
       - name: search
         http:
@@ -283,7 +287,7 @@ tenants:
           oauth2: {{token_url: "https://idp.example/token", client_id: sy, client_secret: "${{SEARCH_SECRET}}"}}
   - name: beta
     tool_policies:
-      - {{tools: [x], scopes: [s]}}
+      - {{upstream: a, tools: [x], scopes: [s]}}
     upstreams: [{{name: a, stdio: {{command: x}}}}]
 "#
     );
@@ -333,7 +337,7 @@ tenants:
       clock_skew: "${KEY}"
       required_scopes: ["${BAD_SECRET}"]
     tool_policies:
-      - {tools: ["${KEY}"], claims: {g: "${KEY}"}}
+      - {upstream: web, tools: ["${KEY}"], claims: {g: "${KEY}"}}
     upstreams:
       - name: web
         http:

@@ -34,6 +34,8 @@ const DEFAULT_SERVER_NAME: &str = "switchyard";
 pub(super) struct Checker<'a> {
     file: &'a str,
     pub(super) errors: Vec<ConfigError>,
+    /// What is accepted but most likely not what the author meant.
+    pub(super) warnings: Vec<ConfigError>,
 }
 
 impl<'a> Checker<'a> {
@@ -41,7 +43,18 @@ impl<'a> Checker<'a> {
         Checker {
             file,
             errors: Vec::new(),
+            warnings: Vec::new(),
         }
+    }
+
+    pub(super) fn warn(&mut self, loc: &Loc, message: impl Into<String>) {
+        self.warnings.push(ConfigError {
+            file: self.file.to_owned(),
+            line: loc.mark.line,
+            col: loc.mark.col,
+            path: loc.path.clone(),
+            message: message.into(),
+        });
     }
 
     pub(super) fn error(&mut self, loc: &Loc, message: impl Into<String>) {
@@ -146,6 +159,7 @@ pub(super) fn validate(raw: &Sp<RawConfig>, checker: &mut Checker<'_>) -> Option
         sessions: sessions?,
         telemetry: telemetry?,
         tenants: tenants?,
+        warnings: Vec::new(),
     })
 }
 
@@ -518,6 +532,15 @@ fn tenant(
             .as_ref()
             .map(|(p, loc)| (p.separator.as_str(), loc.as_ref())),
     );
+    if let (Some(upstreams), Some((prefix, _))) = (&upstreams, &prefix) {
+        let names: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
+        super::validate_auth::policy_targets(
+            checker,
+            &raw.tool_policies,
+            &names,
+            &prefix.separator,
+        );
+    }
     let failure_policy = match raw.failure_policy.as_ref() {
         None => Some(FailurePolicy::Open),
         Some(sp) => sp.get().map(|p| match p {

@@ -184,15 +184,34 @@ pub(super) fn tool_policies(
 
 fn tool_policy(checker: &mut Checker<'_>, item: &Sp<RawToolPolicy>) -> Option<ToolPolicy> {
     let raw = item.get()?;
-    let tools = match &raw.tools {
+    let upstream = match &raw.upstream {
         None => {
-            checker.missing(&item.loc, "tools");
+            checker.error(
+                &item.loc,
+                "missing required field `upstream`: a policy names the upstream and the tools as that upstream names them (e.g. `upstream: files` with `tools: [\"write*\"]`), so prefixing or renaming never changes what it protects",
+            );
             None
         }
+        Some(sp) => sp
+            .get()
+            .and_then(|pattern| match rules_security::upstream_pattern(pattern) {
+                Ok(()) => Some(pattern.clone()),
+                Err(problem) => {
+                    checker.error(
+                        &sp.loc,
+                        format!("invalid upstream {}: {problem}", shown(sp)),
+                    );
+                    None
+                }
+            }),
+    };
+    let tools = match &raw.tools {
+        // Every tool of the upstream.
+        None => Some(vec!["*".to_owned()]),
         Some(list) if list.get().is_some_and(Vec::is_empty) => {
             checker.error(
                 &list.loc,
-                "at least one tool name or pattern is required, e.g. [\"files__write*\"]",
+                "at least one tool name or pattern is required, e.g. [\"write*\"] (leave `tools` out to mean every tool of the upstream)",
             );
             None
         }
@@ -213,10 +232,71 @@ fn tool_policy(checker: &mut Checker<'_>, item: &Sp<RawToolPolicy>) -> Option<To
         return None;
     }
     Some(ToolPolicy {
+        upstream: upstream?,
         tools: tools?,
         scopes: scopes?,
         claims: claims?,
     })
+}
+
+/// Checks each policy's `upstream` against the tenant's upstreams: a policy that names none
+/// protects nothing (a typo, or an upstream renamed), so it is an error, not a silent no-op. A
+/// tool pattern spelled as a public name (`<upstream><separator>...`) is most likely left over
+/// from names with prefixes: a warning, since an upstream may name its own tools that way.
+pub(super) fn policy_targets(
+    checker: &mut Checker<'_>,
+    field: &Field<Vec<Sp<RawToolPolicy>>>,
+    upstreams: &[&str],
+    separator: &str,
+) {
+    let Some(items) = field.as_ref().and_then(|list| list.get()) else {
+        return;
+    };
+    for item in items {
+        let Some(raw) = item.get() else { continue };
+        let Some(sp) = raw.upstream.as_ref() else {
+            continue;
+        };
+        let Some(pattern) = sp.get() else { continue };
+        if rules_security::upstream_pattern(pattern).is_err() {
+            continue;
+        }
+        let matched: Vec<&str> = upstreams
+            .iter()
+            .copied()
+            .filter(|u| rules_security::glob(pattern, u))
+            .collect();
+        if matched.is_empty() {
+            checker.error(
+                &sp.loc,
+                format!(
+                    "{} names no upstream of this tenant (its upstreams: {}): the policy would protect nothing",
+                    shown(sp),
+                    upstreams.join(", ")
+                ),
+            );
+            continue;
+        }
+        let Some(tools) = raw.tools.as_ref().and_then(|t| t.get()) else {
+            continue;
+        };
+        for tool in tools {
+            let Some(text) = tool.get() else { continue };
+            if let Some(u) = matched
+                .iter()
+                .find(|u| !separator.is_empty() && text.starts_with(&format!("{u}{separator}")))
+            {
+                checker.warn(
+                    &tool.loc,
+                    format!(
+                        "tool pattern {} looks like a public name: policies match the upstream's own tool names, so it matches a tool of {u:?} only if that upstream itself names it so (did you mean {:?}?)",
+                        shown(tool),
+                        &text[u.len() + separator.len()..]
+                    ),
+                );
+            }
+        }
+    }
 }
 
 fn claims(checker: &mut Checker<'_>, field: &Field<Pairs>) -> Option<BTreeMap<String, String>> {

@@ -1,8 +1,10 @@
 //! Per-tool authorization: which callers may see and call which tools, by scope and claim.
 //! A tool matching several policies must satisfy all of them; a tool matching none is open.
+//! Policies match the tool itself — its upstream and the upstream's own name for it — never
+//! the public name, which changes when prefixing turns on or the separator changes.
 
 use crate::auth::Principal;
-use crate::config::ToolPolicy;
+use crate::config::{ToolPolicy, glob};
 
 /// What a caller may do with a tool.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,14 +34,10 @@ impl ToolPolicies {
         self.rules.is_empty()
     }
 
-    /// The decision for `tool` (its public name) and `principal`.
-    pub fn decide(&self, tool: &str, principal: &Principal) -> Decision {
+    /// The decision for `tool` (the upstream's own name for it) of `upstream`, for `principal`.
+    pub fn decide(&self, upstream: &str, tool: &str, principal: &Principal) -> Decision {
         let mut missing: Vec<String> = Vec::new();
-        for rule in self
-            .rules
-            .iter()
-            .filter(|r| r.tools.iter().any(|p| glob(p, tool)))
-        {
+        for rule in self.rules.iter().filter(|r| matches(r, upstream, tool)) {
             if rule
                 .claims
                 .iter()
@@ -59,47 +57,54 @@ impl ToolPolicies {
             Decision::MissingScopes(missing)
         }
     }
+
+    /// Whether any policy concerns tools of `upstream`.
+    pub fn names_upstream(&self, upstream: &str) -> bool {
+        self.rules.iter().any(|r| glob(&r.upstream, upstream))
+    }
+
+    /// The policies' tool patterns for `upstream` that match none of `tools` (its own names):
+    /// `(policy index, pattern)`.
+    pub fn unmatched<'p>(&'p self, upstream: &str, tools: &[&str]) -> Vec<(usize, &'p str)> {
+        self.rules
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| glob(&r.upstream, upstream))
+            .flat_map(|(i, r)| r.tools.iter().map(move |p| (i, p.as_str())))
+            .filter(|(_, p)| !tools.iter().any(|t| glob(p, t)))
+            .collect()
+    }
 }
 
-/// `*` matches any run of characters (including none); everything else matches itself.
-pub fn glob(pattern: &str, text: &str) -> bool {
-    let mut parts = pattern.split('*');
-    let first = parts.next().unwrap_or("");
-    let Some(mut rest) = text.strip_prefix(first) else {
-        return false;
-    };
-    let parts: Vec<&str> = parts.collect();
-    let Some((last, middle)) = parts.split_last() else {
-        return rest.is_empty();
-    };
-    for part in middle {
-        match rest.find(part) {
-            Some(i) => rest = &rest[i + part.len()..],
-            None => return false,
+impl ToolPolicies {
+    /// Warns about every tool pattern for `upstream` that matches none of its `tools` (its
+    /// complete list): such a policy protects nothing, most likely because the upstream
+    /// renamed or removed the tool. Returns how many patterns were reported.
+    pub fn report_unmatched(&self, tenant: &str, upstream: &str, tools: &[&str]) -> usize {
+        let unmatched = self.unmatched(upstream, tools);
+        for (index, pattern) in &unmatched {
+            tracing::warn!(
+                target: "switchyard::config",
+                tenant,
+                upstream,
+                policy = index,
+                pattern,
+                tools = tools.len(),
+                "tool policy pattern matches no tool of the upstream: it protects nothing (renamed or removed tool, or a public name with a prefix?)"
+            );
         }
+        unmatched.len()
     }
-    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+fn matches(rule: &ToolPolicy, upstream: &str, tool: &str) -> bool {
+    glob(&rule.upstream, upstream) && rule.tools.iter().any(|p| glob(p, tool))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
-
-    #[test]
-    fn globs() {
-        assert!(glob("files__*", "files__read"));
-        assert!(glob("*", "anything"));
-        assert!(glob("a*b*c", "a-x-b-y-c"));
-        assert!(glob("exact", "exact"));
-        assert!(!glob("exact", "exact2"));
-        assert!(!glob("files__*", "files_read"));
-        assert!(glob("*__write", "files__write"));
-        assert!(!glob("*__write", "files__write2"));
-        assert!(!glob("a*bc", "abc_"));
-        assert!(glob("a*a", "aa"));
-        assert!(!glob("a*a", "a"));
-    }
 
     fn principal(scopes: &[&str], claims: serde_json::Value) -> Principal {
         let mut p = Principal::anonymous();
@@ -112,12 +117,20 @@ mod tests {
     fn decisions() {
         let policies = ToolPolicies::new(&[
             ToolPolicy {
-                tools: vec!["files__write*".into()],
+                upstream: "files".into(),
+                tools: vec!["write*".into()],
                 scopes: vec!["files:write".into()],
                 claims: BTreeMap::new(),
             },
             ToolPolicy {
-                tools: vec!["admin__*".into(), "files__write_all".into()],
+                upstream: "admin".into(),
+                tools: vec!["*".into()],
+                scopes: vec!["admin".into()],
+                claims: BTreeMap::from([("groups".into(), "admins".into())]),
+            },
+            ToolPolicy {
+                upstream: "files".into(),
+                tools: vec!["write_all".into()],
                 scopes: vec!["admin".into()],
                 claims: BTreeMap::from([("groups".into(), "admins".into())]),
             },
@@ -131,18 +144,40 @@ mod tests {
             &["files:write", "admin"],
             serde_json::json!({"groups": ["admins"]}),
         );
-        assert_eq!(policies.decide("files__read", &reader), Decision::Allow);
+        assert_eq!(policies.decide("files", "read", &reader), Decision::Allow);
         assert_eq!(
-            policies.decide("files__write", &reader),
+            policies.decide("files", "write", &reader),
             Decision::MissingScopes(vec!["files:write".into()])
         );
-        assert_eq!(policies.decide("files__write", &writer), Decision::Allow);
-        assert_eq!(policies.decide("admin__reset", &writer), Decision::Hidden);
+        assert_eq!(policies.decide("files", "write", &writer), Decision::Allow);
+        assert_eq!(policies.decide("admin", "reset", &writer), Decision::Hidden);
         assert_eq!(
-            policies.decide("files__write_all", &writer),
+            policies.decide("files", "write_all", &writer),
             Decision::Hidden
         );
-        assert_eq!(policies.decide("files__write_all", &admin), Decision::Allow);
-        assert_eq!(policies.decide("admin__reset", &admin), Decision::Allow);
+        assert_eq!(
+            policies.decide("files", "write_all", &admin),
+            Decision::Allow
+        );
+        assert_eq!(policies.decide("admin", "reset", &admin), Decision::Allow);
+        // Another upstream's tool of the same name is not concerned.
+        assert_eq!(policies.decide("other", "write", &reader), Decision::Allow);
+    }
+
+    #[test]
+    fn unmatched_patterns() {
+        let policies = ToolPolicies::new(&[ToolPolicy {
+            upstream: "f*".into(),
+            tools: vec!["write*".into(), "delete".into()],
+            scopes: vec!["s".into()],
+            claims: BTreeMap::new(),
+        }]);
+        assert!(policies.names_upstream("files"));
+        assert!(!policies.names_upstream("git"));
+        assert_eq!(
+            policies.unmatched("files", &["read", "write_file"]),
+            vec![(0, "delete")]
+        );
+        assert!(policies.unmatched("git", &[]).is_empty());
     }
 }

@@ -36,6 +36,9 @@ pub async fn list_page(
     id: &RawValue,
 ) -> Result<Vec<u8>, GatewayError> {
     let policed = kind == ListKind::Tools && !tenant.policies.is_empty();
+    if policed && cursor.is_none() {
+        audit_policies(tenant, session);
+    }
     // Which upstreams to ask, and from where.
     let positions: Vec<(&Arc<Upstream>, Option<String>)> = match cursor {
         None => tenant.upstreams.iter().map(|u| (u, None)).collect(),
@@ -81,8 +84,7 @@ pub async fn list_page(
         };
         for (item, id) in page.items.iter().zip(&page.ids) {
             // Tools the caller may not use are not listed.
-            if policed
-                && tenant.policies.decide(&upstream.public_name(id), principal) != Decision::Allow
+            if policed && tenant.policies.decide(upstream.name(), id, principal) != Decision::Allow
             {
                 continue;
             }
@@ -115,6 +117,39 @@ pub async fn list_page(
     }
     out.extend_from_slice(b"}}");
     Ok(out)
+}
+
+/// Checks the tool policies against the complete tool list of each upstream they name, once per
+/// list version, in the background: a pattern that matches no tool is reported (a policy that
+/// protects nothing is a configuration error the config file alone cannot reveal).
+fn audit_policies(tenant: &Arc<Tenant>, session: &Arc<LiveSession>) {
+    for upstream in tenant.upstreams.iter() {
+        if !tenant.policies.names_upstream(upstream.name()) {
+            continue;
+        }
+        let generation = upstream.info.catalog.generation(ListKind::Tools);
+        if !tenant.claim_policy_audit(upstream.info.id, generation) {
+            continue;
+        }
+        let (tenant, session, upstream) = (tenant.clone(), session.clone(), upstream.clone());
+        tokio::spawn(async move {
+            match all_ids(&session, &upstream, ListKind::Tools).await {
+                Ok(pages) => {
+                    let tools: Vec<&str> = pages
+                        .iter()
+                        .flat_map(|p| p.ids.iter().map(|id| &**id))
+                        .collect();
+                    tenant
+                        .policies
+                        .report_unmatched(&tenant.name, upstream.name(), &tools);
+                }
+                Err(e) => {
+                    tenant.release_policy_audit(upstream.info.id);
+                    tracing::debug!(upstream = %upstream.name(), error = %e, "tool policies not checked: the tool list could not be read");
+                }
+            }
+        });
+    }
 }
 
 /// One page of one upstream's list: from the catalog cache, else fetched through the session's

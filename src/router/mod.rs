@@ -343,12 +343,14 @@ pub async fn tool_param_headers(
     principal: &Principal,
     name: &str,
 ) -> Option<Arc<ParamHeaders>> {
-    if !tenant.policies.is_empty() && tenant.policies.decide(name, principal) != Decision::Allow {
-        return None;
-    }
     let (upstream, own) = resolve_name(tenant, session, ListKind::Tools, name)
         .await
         .ok()?;
+    if !tenant.policies.is_empty()
+        && tenant.policies.decide(upstream.name(), &own, principal) != Decision::Allow
+    {
+        return None;
+    }
     Box::pin(catalog::param_headers(session, upstream, &own)).await
 }
 
@@ -467,8 +469,11 @@ async fn route_by_name(
             GatewayError::InvalidParams(format!("`name` (the {what} name) is required"))
         })?
         .into_owned();
+    let (upstream, own) = resolve_name(tenant, session, kind, &name).await?;
+    // Decided on the tool itself (its upstream and own name), after routing: what is checked
+    // is what is called. A hidden tool is as unknown as a tool that does not exist.
     if policed {
-        match tenant.policies.decide(&name, principal) {
+        match tenant.policies.decide(upstream.name(), &own, principal) {
             Decision::Allow => {}
             Decision::MissingScopes(missing) => {
                 return Err(GatewayError::ToolNeedsScopes { missing });
@@ -476,7 +481,6 @@ async fn route_by_name(
             Decision::Hidden => return Err(names::unknown_name(tenant, "tool", &name)),
         }
     }
-    let (upstream, own) = resolve_name(tenant, session, kind, &name).await?;
     params.set("name", jsonrpc::raw_string(&own));
     let params = params.to_raw();
     forward(

@@ -51,12 +51,14 @@ fn protected(name: &str, issuer: &str) -> TenantConfig {
     t.auth = Some(auth(issuer));
     t.tool_policies = vec![
         ToolPolicy {
-            tools: vec!["demo__sleep".into()],
+            upstream: "demo".into(),
+            tools: vec!["sleep".into()],
             scopes: vec!["files:write".into()],
             claims: Default::default(),
         },
         ToolPolicy {
-            tools: vec!["demo__pid".into(), "demo__crash".into()],
+            upstream: "demo".into(),
+            tools: vec!["pid".into(), "crash".into()],
             scopes: vec![],
             claims: [("groups".to_string(), "admins".to_string())].into(),
         },

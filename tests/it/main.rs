@@ -4,6 +4,7 @@
 mod support;
 
 mod aggregation;
+mod ambiguous_json;
 mod auth;
 mod batch;
 mod catalog;

@@ -113,5 +113,6 @@ pub fn config(tenants: Vec<TenantConfig>) -> Config {
         },
         telemetry: Default::default(),
         tenants,
+        warnings: vec![],
     }
 }
