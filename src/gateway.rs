@@ -116,6 +116,9 @@ pub async fn open_store(config: &Config) -> Result<(SessionBackend, Bus), String
             let redis = Redis::connect(r).await?;
             match redis.layout().await.map_err(|e| e.to_string())? {
                 Layout::Current => {}
+                // No record: a new (or emptied) Redis is set up here; a keyspace with keys of
+                // another layout is left to `switchyard migrate`.
+                Layout::Behind { found: 0 } if redis.initialize_if_unrecorded().await? => {}
                 Layout::Behind { found } => {
                     return Err(format!(
                         "the Redis keyspace has layout {found} but this gateway needs {LAYOUT_VERSION}: run `switchyard migrate --config <file>` first"

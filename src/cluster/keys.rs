@@ -13,6 +13,34 @@ pub struct Keys {
 }
 
 impl Keys {
+    /// A `SCAN MATCH` pattern for every key of this gateway (glob characters of the prefix
+    /// escaped).
+    pub fn all_pattern(&self) -> String {
+        let mut p = String::with_capacity(self.prefix.len() + 3);
+        for c in self.prefix.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                p.push('\\');
+            }
+            p.push(c);
+        }
+        p.push_str(":*");
+        p
+    }
+
+    /// Whether `key` belongs to this build's layout (`<prefix>:v<LAYOUT_VERSION>:`) or to the
+    /// layout records (`<prefix>:meta:`).
+    pub fn is_current_layout(&self, key: &str) -> bool {
+        key.strip_prefix(self.prefix.as_str())
+            .and_then(|rest| rest.strip_prefix(':'))
+            .is_some_and(|rest| {
+                rest.starts_with("meta:")
+                    || rest
+                        .strip_prefix('v')
+                        .and_then(|r| r.split_once(':'))
+                        .is_some_and(|(v, _)| v == LAYOUT_VERSION.to_string())
+            })
+    }
+
     pub fn new(prefix: &str) -> Keys {
         Keys {
             prefix: prefix.to_owned(),
@@ -103,6 +131,30 @@ fn escape_into(out: &mut String, part: &str) {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn keys_of_the_current_layout_are_told_apart() {
+        let keys = Keys::new("sy");
+        assert_eq!(keys.all_pattern(), "sy:*");
+        assert_eq!(Keys::new("a*b?").all_pattern(), "a\\*b\\?:*");
+        for current in [
+            "sy:v1:sess:{a:b:c}",
+            "sy:meta:layout",
+            "sy:v1:signing-secret",
+        ] {
+            assert!(keys.is_current_layout(current), "{current}");
+        }
+        for other in [
+            "sy:v0:x",
+            "sy:v12:x",
+            "sy:legacy",
+            "sy:v1",
+            "sya:v1:x",
+            "other:v1:x",
+        ] {
+            assert!(!keys.is_current_layout(other), "{other}");
+        }
+    }
 
     #[test]
     fn session_keys_carry_tenant_user_and_id_in_one_hash_tag() {

@@ -21,7 +21,79 @@ pub enum Layout {
     Ahead { found: u32 },
 }
 
+/// What a keyspace without a layout record holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unrecorded {
+    /// No key of this gateway at all: a new Redis, or a failover to a node without data.
+    Empty,
+    /// Only keys of this build's layout: the record alone was lost.
+    CurrentOnly,
+    /// Keys of another layout (or too many keys to tell): `switchyard migrate` must decide.
+    Other,
+}
+
+/// Bound on the `SCAN` steps spent looking at a keyspace without a layout record.
+const MAX_SCAN_STEPS: usize = 10_000;
+
 impl Redis {
+    /// What the keyspace holds under this gateway's prefix, looked at when it has no layout
+    /// record (bounded: a keyspace too large to look through counts as `Other`).
+    pub async fn unrecorded(&self) -> Result<Unrecorded, StoreError> {
+        let pattern = self.keys.all_pattern();
+        let mut cursor: u64 = 0;
+        let mut found = false;
+        for _ in 0..MAX_SCAN_STEPS {
+            let mut conn = self.conn.clone();
+            let pattern = pattern.clone();
+            let (next, keys): (u64, Vec<String>) = self
+                .run("scan", async move {
+                    redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(&pattern)
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query_async(&mut conn)
+                        .await
+                })
+                .await?;
+            if keys.iter().any(|k| !self.keys.is_current_layout(k)) {
+                return Ok(Unrecorded::Other);
+            }
+            found |= !keys.is_empty();
+            if next == 0 {
+                return Ok(if found {
+                    Unrecorded::CurrentOnly
+                } else {
+                    Unrecorded::Empty
+                });
+            }
+            cursor = next;
+        }
+        Ok(Unrecorded::Other)
+    }
+
+    /// Brings a keyspace without a layout record to this build's layout when that is safe (it
+    /// is empty, or holds only keys of this layout): a replica starting on a fresh Redis, or
+    /// after a failover to a node that lost everything, needs no manual step. Returns whether
+    /// it did.
+    pub async fn initialize_if_unrecorded(&self) -> Result<bool, String> {
+        let state = self.unrecorded().await.map_err(|e| e.to_string())?;
+        match state {
+            Unrecorded::Other => Ok(false),
+            Unrecorded::Empty | Unrecorded::CurrentOnly => {
+                let applied = self.migrate().await?;
+                tracing::warn!(
+                    layout = LAYOUT_VERSION,
+                    keyspace = ?state,
+                    applied = ?applied,
+                    "the Redis keyspace had no layout record; initialized it"
+                );
+                Ok(true)
+            }
+        }
+    }
+
     /// The recorded layout relative to this build.
     pub async fn layout(&self) -> Result<Layout, StoreError> {
         let mut conn = self.conn.clone();

@@ -547,9 +547,61 @@ async fn keyspace_layout_is_checked_at_startup_and_migrate_is_idempotent() {
     .expect("config");
     let cfg = switchyard::config::load(&path).expect("valid config");
 
-    // An empty keyspace: the gateway refuses and names the command to run.
+    let mut conn = redis.conn().await;
+    let layout = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        async move {
+            let v: Option<u32> = redis::cmd("GET")
+                .arg("lay:meta:layout")
+                .query_async(&mut conn)
+                .await
+                .expect("GET");
+            v
+        }
+    };
+    let flush = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        async move {
+            let _: () = redis::cmd("FLUSHALL")
+                .query_async(&mut conn)
+                .await
+                .expect("FLUSHALL");
+        }
+    };
+
+    // An empty keyspace (a new Redis, or a failover to a node without data): the gateway
+    // records the layout itself and starts.
+    let gw = switchyard::app::build(&cfg)
+        .await
+        .expect("starts on an empty keyspace");
+    gw.shutdown().await;
+    assert_eq!(layout(&mut conn).await, Some(1));
+
+    // Keys of this layout but no record (the record alone was lost): restored, starts.
+    flush(&mut conn).await;
+    let _: () = redis::cmd("SET")
+        .arg("lay:v1:sess:{t:u:s}")
+        .arg("{}")
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+    let gw = switchyard::app::build(&cfg)
+        .await
+        .expect("starts when only the record is missing");
+    gw.shutdown().await;
+    assert_eq!(layout(&mut conn).await, Some(1));
+
+    // Keys of another layout without a record: the gateway refuses and names the command.
+    flush(&mut conn).await;
+    let _: () = redis::cmd("SET")
+        .arg("lay:v0:something")
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
     let err = switchyard::app::build(&cfg).await.err().expect("refused");
     assert!(err.contains("switchyard migrate"), "{err}");
+    assert_eq!(layout(&mut conn).await, None, "nothing was recorded");
 
     let migrate = || async {
         let out = tokio::process::Command::new(gateway_exe())
@@ -568,7 +620,6 @@ async fn keyspace_layout_is_checked_at_startup_and_migrate_is_idempotent() {
     );
     let second = migrate().await;
     assert!(second.contains("already at layout 1"), "{second}");
-    let mut conn = redis.conn().await;
     let applied: Vec<(String, String)> = redis::cmd("HGETALL")
         .arg("lay:meta:migrations")
         .query_async(&mut conn)
