@@ -86,4 +86,6 @@ pub fn raw_string(s: &str) -> Box<RawValue> {
 }
 
 #[cfg(test)]
+mod property_tests;
+#[cfg(test)]
 mod tests;

@@ -1,0 +1,288 @@
+//! Property tests of the reader and rewriter (fixed seeds, many generated messages): what the
+//! gateway checks is what any parser of the forwarded bytes sees, whether it keeps the first or
+//! the last of two members with the same name.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashSet;
+use std::fmt;
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+use super::{Message, RawObject, parse, raw_string, raw_u64, strict};
+
+/// Member names drawn often enough that objects repeat them, including the ones the gateway
+/// reads and rewrites.
+const NAMES: [&str; 9] = [
+    "name",
+    "uri",
+    "ref",
+    "_meta",
+    "progressToken",
+    "cursor",
+    "a",
+    "b\"",
+    "é",
+];
+
+/// A member name as JSON text, sometimes with one character spelled as a `\u` escape.
+fn name_text(rng: &mut StdRng, name: &str) -> String {
+    let quoted = serde_json::to_string(name).unwrap();
+    if !rng.random_bool(0.3) {
+        return quoted;
+    }
+    let chars: Vec<char> = name.chars().collect();
+    let at = rng.random_range(0..chars.len());
+    let mut out = String::from("\"");
+    for (i, c) in chars.iter().enumerate() {
+        if i == at {
+            out.push_str(&format!("\\u{:04x}", *c as u32));
+        } else {
+            let one = serde_json::to_string(&c.to_string()).unwrap();
+            out.push_str(&one[1..one.len() - 1]);
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn value_text(rng: &mut StdRng, depth: u32) -> String {
+    let kind = if depth >= 4 {
+        rng.random_range(2..6)
+    } else {
+        rng.random_range(0..6)
+    };
+    match kind {
+        0 => {
+            let members: Vec<String> = (0..rng.random_range(0..5))
+                .map(|_| {
+                    let name = NAMES[rng.random_range(0..NAMES.len())];
+                    format!("{}:{}", name_text(rng, name), value_text(rng, depth + 1))
+                })
+                .collect();
+            format!("{{{}}}", members.join(","))
+        }
+        1 => {
+            let items: Vec<String> = (0..rng.random_range(0..4))
+                .map(|_| value_text(rng, depth + 1))
+                .collect();
+            format!("[{}]", items.join(" , "))
+        }
+        2 => serde_json::to_string(&format!("s{}\"\\\n}}{{", rng.random_range(0..100))).unwrap(),
+        3 => rng.random_range(-1000i64..1000).to_string(),
+        4 => ["true", "false", "null"][rng.random_range(0..3)].to_owned(),
+        _ => format!("{}.5e{}", rng.random_range(0..100), rng.random_range(-3..3)),
+    }
+}
+
+/// A JSON value read the way `JSON.parse` and Python's `json` read it: the last member wins.
+fn last_wins(text: &str) -> Value {
+    serde_json::from_str(text).unwrap()
+}
+
+/// A JSON value read keeping the first of two members with the same name.
+struct FirstWins(Value);
+
+impl<'de> Deserialize<'de> for FirstWins {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = FirstWins;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("JSON")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<FirstWins, M::Error> {
+                let mut out = Map::new();
+                while let Some(k) = m.next_key::<String>()? {
+                    let FirstWins(v) = m.next_value()?;
+                    out.entry(k).or_insert(v);
+                }
+                Ok(FirstWins(Value::Object(out)))
+            }
+            fn visit_seq<S: SeqAccess<'de>>(self, mut s: S) -> Result<FirstWins, S::Error> {
+                let mut out = Vec::new();
+                while let Some(FirstWins(v)) = s.next_element()? {
+                    out.push(v);
+                }
+                Ok(FirstWins(Value::Array(out)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<FirstWins, E> {
+                Ok(FirstWins(Value::String(v.to_owned())))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<FirstWins, E> {
+                Ok(FirstWins(v.into()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<FirstWins, E> {
+                Ok(FirstWins(v.into()))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<FirstWins, E> {
+                Ok(FirstWins(v.into()))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<FirstWins, E> {
+                Ok(FirstWins(v.into()))
+            }
+            fn visit_unit<E>(self) -> Result<FirstWins, E> {
+                Ok(FirstWins(Value::Null))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+fn first_wins(text: &str) -> Value {
+    serde_json::from_str::<FirstWins>(text).unwrap().0
+}
+
+/// An independent reference: whether any object of `value` (parsed by serde, names decoded)
+/// repeats a name.
+fn has_duplicate(text: &str) -> bool {
+    struct Dup(bool);
+    impl<'de> Deserialize<'de> for Dup {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Dup;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("JSON")
+                }
+                fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<Dup, M::Error> {
+                    let (mut seen, mut dup) = (HashSet::new(), false);
+                    while let Some(k) = m.next_key::<String>()? {
+                        dup |= !seen.insert(k);
+                        dup |= m.next_value::<Dup>()?.0;
+                    }
+                    Ok(Dup(dup))
+                }
+                fn visit_seq<S: SeqAccess<'de>>(self, mut s: S) -> Result<Dup, S::Error> {
+                    let mut dup = false;
+                    while let Some(Dup(d)) = s.next_element()? {
+                        dup |= d;
+                    }
+                    Ok(Dup(dup))
+                }
+                fn visit_str<E>(self, _: &str) -> Result<Dup, E> {
+                    Ok(Dup(false))
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<Dup, E> {
+                    Ok(Dup(false))
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<Dup, E> {
+                    Ok(Dup(false))
+                }
+                fn visit_f64<E>(self, _: f64) -> Result<Dup, E> {
+                    Ok(Dup(false))
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<Dup, E> {
+                    Ok(Dup(false))
+                }
+                fn visit_unit<E>(self) -> Result<Dup, E> {
+                    Ok(Dup(false))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+    serde_json::from_str::<Dup>(text).unwrap().0
+}
+
+#[test]
+fn the_scanner_finds_exactly_the_duplicates_and_accepted_text_reads_the_same_everywhere() {
+    let mut rng = StdRng::seed_from_u64(0x5eed_0001);
+    let (mut refused, mut accepted) = (0, 0);
+    for _ in 0..20_000 {
+        let text = value_text(&mut rng, 0);
+        let duplicate = has_duplicate(&text);
+        assert_eq!(strict::check(text.as_bytes()).is_err(), duplicate, "{text}");
+        if duplicate {
+            refused += 1;
+        } else {
+            accepted += 1;
+            assert_eq!(first_wins(&text), last_wins(&text), "{text}");
+        }
+    }
+    // The generator exercises both sides.
+    assert!(
+        refused > 1_000 && accepted > 1_000,
+        "{refused} / {accepted}"
+    );
+}
+
+/// A `tools/call` (sometimes with a duplicate or escaped member) around generated params.
+fn request_text(rng: &mut StdRng) -> String {
+    let mut members = vec![format!(
+        "{}:\"t{}\"",
+        name_text(rng, "name"),
+        rng.random_range(0..3)
+    )];
+    if rng.random_bool(0.3) {
+        members.push(format!("{}:\"t9\"", name_text(rng, "name")));
+    }
+    let mut meta = vec![format!(
+        "{}:{}",
+        name_text(rng, "progressToken"),
+        rng.random_range(0..50)
+    )];
+    if rng.random_bool(0.3) {
+        meta.push(format!("{}:7", name_text(rng, "progressToken")));
+    }
+    members.push(format!("\"_meta\":{{{}}}", meta.join(",")));
+    members.push(format!("\"arguments\":{}", value_text(rng, 2)));
+    let n = members.len();
+    for i in 0..n {
+        members.swap(i, rng.random_range(0..n));
+    }
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{{}}}}}"#,
+        rng.random_range(0..1000),
+        members.join(",")
+    )
+}
+
+#[test]
+fn what_the_gateway_reads_and_rewrites_is_what_last_and_first_wins_parsers_see() {
+    let mut rng = StdRng::seed_from_u64(0x5eed_0002);
+    let mut forwarded = 0;
+    for _ in 0..10_000 {
+        let text = request_text(&mut rng);
+        let Ok(Message::Request(req)) = parse(text.as_bytes()) else {
+            assert!(has_duplicate(&text), "refused without a duplicate: {text}");
+            continue;
+        };
+        let params = req.params.unwrap();
+        let (last, first) = (last_wins(params.get()), first_wins(params.get()));
+        assert_eq!(last, first, "{text}");
+
+        // What the gateway reads (routing, policy) is what both parsers read.
+        let mut obj = RawObject::parse(params).unwrap();
+        let name = obj.get_str("name").unwrap().into_owned();
+        assert_eq!(last["name"], Value::String(name), "{text}");
+        let meta_raw = obj.get("_meta").unwrap().to_owned();
+        let mut meta = RawObject::parse(&meta_raw).unwrap();
+        assert_eq!(
+            last["_meta"]["progressToken"].to_string(),
+            meta.get("progressToken").unwrap().get(),
+            "{text}"
+        );
+
+        // What the gateway writes (its own name and token) is what both parsers read in the
+        // forwarded bytes, and every other member is untouched.
+        obj.set("name", raw_string("own-name"));
+        meta.set("progressToken", raw_u64(4242));
+        obj.set("_meta", meta.to_raw());
+        let out = obj.to_raw();
+        let (out_last, out_first) = (last_wins(out.get()), first_wins(out.get()));
+        assert_eq!(out_last, out_first, "{}", out.get());
+        assert!(strict::check(out.get().as_bytes()).is_ok(), "{}", out.get());
+        assert_eq!(out_last["name"], "own-name");
+        assert_eq!(out_last["_meta"]["progressToken"], 4242);
+        let mut expected = last.clone();
+        expected["name"] = "own-name".into();
+        expected["_meta"]["progressToken"] = 4242.into();
+        assert_eq!(out_last, expected, "{text} -> {}", out.get());
+        forwarded += 1;
+    }
+    assert!(forwarded > 1_000, "{forwarded}");
+}
