@@ -11,6 +11,7 @@ mod catalog;
 mod chart;
 mod cluster;
 mod conformance;
+mod fuzz;
 mod legacy_sse;
 mod metrics;
 mod oidc_harness;

@@ -86,6 +86,11 @@ impl GatewayProcess {
         }
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// What the process has logged so far.
     pub fn logs(&self) -> String {
         self.log.lock().map(|l| l.clone()).unwrap_or_default()
