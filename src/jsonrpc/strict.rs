@@ -43,44 +43,64 @@ const MAX_PATH: usize = 200;
 /// Checks that no object in `input` (a JSON text, already validated by `serde_json`) has two
 /// members of the same name, comparing names after unescaping as every parser does.
 ///
-/// Iterative (no recursion, whatever the nesting), one pass, no allocation for a message whose
-/// objects are small and whose names have no escapes beyond the two stacks' first growth.
+/// Iterative (no recursion, whatever the nesting), one pass, two small allocations for a
+/// message of ordinary shape whose names have no escapes.
 pub fn check(input: &[u8]) -> Result<(), Ambiguity> {
     let mut scan = Scan {
         input,
-        frames: Vec::new(),
-        names: Vec::new(),
+        frames: Vec::with_capacity(8),
+        names: Vec::with_capacity(16),
     };
     scan.run()
 }
 
 /// One open object or array.
 struct Frame {
-    object: bool,
     /// Where this object's names start in `Scan::names`.
     names_start: usize,
-    /// For objects: the current member's name as written (for error paths); for arrays: the
-    /// current element's index.
+    /// For objects: the current member's name as written (for error paths).
     key: (usize, usize),
+    /// For arrays: the current element's index (for error paths).
     index: usize,
+    object: bool,
     /// The next string is a member name.
     expect_name: bool,
     /// Names of a large object, for constant-time lookups.
-    set: Option<HashSet<Cow<'static, str>>>,
+    set: Option<HashSet<Vec<u8>>>,
 }
 
+/// The scanner's state. Names are compared as UTF-8 bytes (equal strings, equal bytes),
+/// unescaped when needed.
 struct Scan<'a> {
     input: &'a [u8],
     frames: Vec<Frame>,
-    names: Vec<Cow<'a, str>>,
+    names: Vec<Cow<'a, [u8]>>,
 }
+
+/// Bytes the scanner acts on outside strings; everything else (numbers, literals, blanks,
+/// colons) is skipped.
+const STRUCTURAL: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut i = 0;
+    let bytes = *b"\"{}[],";
+    while i < bytes.len() {
+        table[bytes[i] as usize] = true;
+        i += 1;
+    }
+    table
+};
 
 impl<'a> Scan<'a> {
     fn run(&mut self) -> Result<(), Ambiguity> {
         let input = self.input;
         let mut i = 0;
         while i < input.len() {
-            match input[i] {
+            let b = input[i];
+            if !STRUCTURAL[b as usize] {
+                i += 1;
+                continue;
+            }
+            match b {
                 b'"' => {
                     let (end, escaped) = string_end(input, i + 1);
                     let is_name = self
@@ -94,11 +114,11 @@ impl<'a> Scan<'a> {
                     continue;
                 }
                 b'{' | b'[' => self.frames.push(Frame {
-                    object: input[i] == b'{',
                     names_start: self.names.len(),
                     key: (0, 0),
                     index: 0,
-                    expect_name: input[i] == b'{',
+                    object: b == b'{',
+                    expect_name: b == b'{',
                     set: None,
                 }),
                 b'}' | b']' => {
@@ -106,7 +126,8 @@ impl<'a> Scan<'a> {
                         self.names.truncate(frame.names_start);
                     }
                 }
-                b',' => {
+                _ => {
+                    // b',': the next member (objects) or element (arrays).
                     if let Some(frame) = self.frames.last_mut() {
                         if frame.object {
                             frame.expect_name = true;
@@ -115,7 +136,6 @@ impl<'a> Scan<'a> {
                         }
                     }
                 }
-                _ => {}
             }
             i += 1;
         }
@@ -125,28 +145,18 @@ impl<'a> Scan<'a> {
     /// A member name at `input[start..end]` (without quotes) of the innermost object.
     fn name(&mut self, start: usize, end: usize, escaped: bool) -> Result<(), Ambiguity> {
         let input = self.input;
-        let raw = &input[start..end.min(input.len())];
-        let name: Cow<'a, str> = if escaped {
+        self.set_key(start, end);
+        let name: Cow<'a, [u8]> = if escaped {
             // Unescaped exactly as serde_json (and every conforming parser) does; a quoted
             // slice of valid JSON is a valid JSON string unless an escape is not Unicode.
             let quoted = &input[start - 1..(end + 1).min(input.len())];
             match serde_json::from_slice::<String>(quoted) {
-                Ok(s) => Cow::Owned(s),
-                Err(_) => {
-                    self.set_key(start, end);
-                    return Err(Ambiguity::InvalidName { path: self.path() });
-                }
+                Ok(s) => Cow::Owned(s.into_bytes()),
+                Err(_) => return Err(Ambiguity::InvalidName { path: self.path() }),
             }
         } else {
-            match std::str::from_utf8(raw) {
-                Ok(s) => Cow::Borrowed(s),
-                Err(_) => {
-                    self.set_key(start, end);
-                    return Err(Ambiguity::InvalidName { path: self.path() });
-                }
-            }
+            Cow::Borrowed(&input[start..end.min(input.len())])
         };
-        self.set_key(start, end);
         let names = &mut self.names;
         let Some(frame) = self.frames.last_mut() else {
             return Ok(());
@@ -154,18 +164,15 @@ impl<'a> Scan<'a> {
         frame.expect_name = false;
         let siblings = &names[frame.names_start..];
         let duplicate = match &mut frame.set {
-            Some(set) => !set.insert(Cow::Owned(name.into_owned())),
+            Some(set) => !set.insert(name.into_owned()),
             None if siblings.len() < LINEAR_SCAN_MAX => {
                 let found = siblings.contains(&name);
                 names.push(name);
                 found
             }
             None => {
-                let mut set: HashSet<Cow<'static, str>> = siblings
-                    .iter()
-                    .map(|n| Cow::Owned(n.clone().into_owned()))
-                    .collect();
-                let fresh = set.insert(Cow::Owned(name.into_owned()));
+                let mut set: HashSet<Vec<u8>> = siblings.iter().map(|n| n.to_vec()).collect();
+                let fresh = set.insert(name.into_owned());
                 frame.set = Some(set);
                 !fresh
             }
@@ -230,20 +237,40 @@ fn string_end(input: &[u8], from: usize) -> (usize, bool) {
     let mut i = from;
     let mut escaped = false;
     while i < input.len() {
-        match memchr::memchr2(b'"', b'\\', &input[i..]) {
-            None => return (input.len(), escaped),
-            Some(at) => {
-                let pos = i + at;
-                if input[pos] == b'"' {
-                    return (pos, escaped);
-                }
-                escaped = true;
-                // Skip the backslash and the character it escapes (`\"`, `\\`, `\u`...).
-                i = pos + 2;
+        // Eight bytes at a time near the start (names and short values end within a few
+        // words), then a vector search, whose setup costs more than it saves on short strings.
+        let at = if i + 8 <= input.len() && i < from + 64 {
+            let word = u64::from_le_bytes(input[i..i + 8].try_into().unwrap_or([0; 8]));
+            let mask = byte_mask(word, b'"') | byte_mask(word, b'\\');
+            if mask == 0 {
+                i += 8;
+                continue;
             }
+            // The lowest flag is exact (a borrow only ever spoils higher bytes).
+            i + (mask.trailing_zeros() / 8) as usize
+        } else {
+            match memchr::memchr2(b'"', b'\\', &input[i..]) {
+                None => return (input.len(), escaped),
+                Some(at) => i + at,
+            }
+        };
+        if input[at] == b'"' {
+            return (at, escaped);
         }
+        escaped = true;
+        // Skip the backslash and the character it escapes (`\"`, `\\`, `\u`...).
+        i = at + 2;
     }
     (input.len(), escaped)
+}
+
+/// The bytes of `word` equal to `byte`, flagged in their high bit (the classic zero-byte test
+/// on `word ^ byte * 0x01..`); flags above the lowest one may be spurious.
+fn byte_mask(word: u64, byte: u8) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let x = word ^ (ONES * u64::from(byte));
+    x.wrapping_sub(ONES) & !x & HIGHS
 }
 
 #[cfg(test)]

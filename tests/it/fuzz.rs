@@ -311,6 +311,7 @@ fn vm(pid: u32, field: &str) -> u64 {
 }
 
 #[tokio::test]
+#[allow(clippy::print_stderr)] // the run's figures, for whoever reads the test output
 async fn mutated_requests_never_get_a_5xx_a_panic_or_unbounded_memory() {
     let budget = Duration::from_secs(
         std::env::var("SWITCHYARD_FUZZ_SECS")
