@@ -84,6 +84,13 @@ pub enum GatewayError {
     ToolNeedsScopes { missing: Vec<String> },
     #[error("Bad Request: access tokens are not accepted in the URI query")]
     TokenInQuery { www_authenticate: String },
+    /// Credentials sent in a malformed way (e.g. two `Authorization` headers): 400 with an
+    /// RFC 6750 `invalid_request` challenge.
+    #[error("Bad Request: {reason}")]
+    MalformedCredentials {
+        www_authenticate: String,
+        reason: &'static str,
+    },
     #[error(
         "Service Unavailable: tokens cannot be validated right now (the issuer's keys are unreachable)"
     )]
@@ -153,6 +160,7 @@ impl GatewayError {
             Unauthorized { .. } => "invalid_token",
             InsufficientScope { .. } | ToolNeedsScopes { .. } => "insufficient_scope",
             TokenInQuery { .. } => "token_in_query",
+            MalformedCredentials { .. } => "invalid_request",
             AuthUnavailable => "auth_unavailable",
             MethodNotFound(_) => "method_not_found",
             InvalidParams(_) => "invalid_params",
@@ -194,7 +202,7 @@ impl GatewayError {
             | InsufficientScope { .. }
             | ToolNeedsScopes { .. } => StatusCode::FORBIDDEN,
             Unauthorized { .. } => StatusCode::UNAUTHORIZED,
-            TokenInQuery { .. } => StatusCode::BAD_REQUEST,
+            TokenInQuery { .. } | MalformedCredentials { .. } => StatusCode::BAD_REQUEST,
             MethodNotFound(_)
             | InvalidParams(_)
             | NotInitialized
@@ -238,6 +246,7 @@ impl GatewayError {
             | InsufficientScope { .. }
             | ToolNeedsScopes { .. }
             | TokenInQuery { .. }
+            | MalformedCredentials { .. }
             | AuthUnavailable => code::INVALID_REQUEST,
             MethodNotFound(_) => code::METHOD_NOT_FOUND,
             InvalidParams(_) => code::INVALID_PARAMS,
@@ -299,7 +308,10 @@ impl GatewayError {
             | GatewayError::InsufficientScope {
                 www_authenticate, ..
             }
-            | GatewayError::TokenInQuery { www_authenticate } => {
+            | GatewayError::TokenInQuery { www_authenticate }
+            | GatewayError::MalformedCredentials {
+                www_authenticate, ..
+            } => {
                 if let Ok(v) = HeaderValue::from_str(www_authenticate) {
                     headers.insert(header::WWW_AUTHENTICATE, v);
                 }

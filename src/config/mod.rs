@@ -197,6 +197,19 @@ pub struct AuthConfig {
     pub required_scopes: Vec<String>,
     /// Advertised in the protected-resource metadata (default: `required_scopes`).
     pub scopes_supported: Vec<String>,
+    /// The `typ` header tokens must carry (default: any).
+    pub token_type: TokenType,
+}
+
+/// Which JWTs a tenant takes as access tokens, by their `typ` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TokenType {
+    /// Any `typ`, or none.
+    #[default]
+    Any,
+    /// `at+jwt` / `application/at+jwt` only (RFC 9068 §2.1, §4): a JWT of another kind from
+    /// the same issuer and for the same audience (an ID token, say) is not an access token.
+    AccessToken,
 }
 
 /// JWS algorithms a tenant may accept. Symmetric (`HS*`) and `none` are not representable.

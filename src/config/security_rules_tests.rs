@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use super::super::TokenType;
 use super::{TempDir, UPSTREAM, errors, http_upstream, ok, tenant};
 
 #[test]
@@ -86,7 +87,7 @@ fn auth_rules() {
             "sec.yaml:6:25: tenants[0].auth.required_scopes[0]: invalid scope \"a b\": a scope cannot contain spaces: list each scope as its own item, e.g. [mcp, files:write]",
             "sec.yaml:6:32: tenants[0].auth.required_scopes[1]: invalid scope \"q\\\"\": a scope is printable ASCII without spaces, '\"' or '\\' (RFC 6749 §3.3)",
             "sec.yaml:7:26: tenants[0].auth.scopes_supported[0]: invalid scope \"\": a scope must not be empty",
-            "sec.yaml:8:7: tenants[0].auth: unknown field `bogus`, expected one of: issuer, jwks_url, audiences, algorithms, clock_skew, required_scopes, scopes_supported",
+            "sec.yaml:8:7: tenants[0].auth: unknown field `bogus`, expected one of: issuer, jwks_url, audiences, algorithms, clock_skew, required_scopes, scopes_supported, token_type",
         ]
     );
 }
@@ -189,6 +190,27 @@ fn header_files_and_oauth2_rules() {
             "sec.yaml:5:43: tenants[0].upstreams[0].http.oauth2: missing required field `client_secret`",
             "sec.yaml:5:100: tenants[0].upstreams[0].http.header_files.authorization: header \"authorization\" cannot be combined with `oauth2` (line 5): the gateway sets Authorization from the token it obtains",
             "sec.yaml:5:115: tenants[0].upstreams[0].http.header_files.authorization: header file \"/no/file\" does not exist (relative paths are resolved from the gateway's working directory)",
+        ]
+    );
+}
+
+#[test]
+fn token_type_rules() {
+    let with = |extra: &str| tenant(&format!("    auth: {{issuer: \"https://i\"{extra}}}\n"));
+    let token_type = |extra: &str| {
+        ok(&with(extra)).tenants[0]
+            .auth
+            .as_ref()
+            .unwrap()
+            .token_type
+    };
+    assert_eq!(token_type(""), TokenType::Any, "the default");
+    assert_eq!(token_type(", token_type: any"), TokenType::Any);
+    assert_eq!(token_type(", token_type: at+jwt"), TokenType::AccessToken);
+    assert_eq!(
+        errors(&with(", token_type: JWT")),
+        vec![
+            "sec.yaml:3:45: tenants[0].auth.token_type: invalid token type \"JWT\": expected `any` (the default: any `typ` header) or `at+jwt` (RFC 9068 JWT access tokens only)"
         ]
     );
 }
