@@ -119,11 +119,14 @@ impl Authenticator {
         if !self.algorithms.contains(&header.alg) {
             return Err(invalid("the token's signature algorithm is not accepted"));
         }
-        let keys = self
+        let key_set = self
             .keys
             .keys_for(header.kid.as_deref(), header.alg)
             .await?;
-        if keys.is_empty() {
+        let mut keys = key_set
+            .matching(header.kid.as_deref(), header.alg)
+            .peekable();
+        if keys.peek().is_none() {
             return Err(invalid("the token was signed with an unknown key"));
         }
         let mut validation = Validation::new(header.alg);
@@ -139,7 +142,7 @@ impl Authenticator {
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         let mut last = None;
         let mut data = None;
-        for key in keys.iter() {
+        for key in keys {
             match jsonwebtoken::decode::<Map<String, Value>>(token, key, &validation) {
                 Ok(d) => {
                     data = Some(d);

@@ -5,6 +5,7 @@ mod support;
 
 mod aggregation;
 mod auth;
+mod auth_keys;
 mod auth_tokens;
 mod batch;
 mod catalog;
