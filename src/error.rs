@@ -67,6 +67,10 @@ pub enum GatewayError {
     OriginNotAllowed { origin: String },
     #[error("Forbidden: Host {host:?} is not allowed for this endpoint")]
     HostNotAllowed { host: String },
+    /// A Host (or HTTP/2 `:authority`) that is missing, repeated, malformed, or contradicted by
+    /// the request target: 400 (RFC 9112 §3.2). The reason names the rule, never the value.
+    #[error("Bad Request: invalid Host: {0}")]
+    BadHost(&'static str),
     #[error("Unauthorized: {reason}")]
     Unauthorized {
         /// The `WWW-Authenticate` challenge.
@@ -157,6 +161,7 @@ impl GatewayError {
             StoreUnavailable => "store_unavailable",
             OriginNotAllowed { .. } => "origin_not_allowed",
             HostNotAllowed { .. } => "host_not_allowed",
+            BadHost(_) => "bad_host",
             Unauthorized { .. } => "invalid_token",
             InsufficientScope { .. } | ToolNeedsScopes { .. } => "insufficient_scope",
             TokenInQuery { .. } => "token_in_query",
@@ -202,7 +207,9 @@ impl GatewayError {
             | InsufficientScope { .. }
             | ToolNeedsScopes { .. } => StatusCode::FORBIDDEN,
             Unauthorized { .. } => StatusCode::UNAUTHORIZED,
-            TokenInQuery { .. } | MalformedCredentials { .. } => StatusCode::BAD_REQUEST,
+            TokenInQuery { .. } | MalformedCredentials { .. } | BadHost(_) => {
+                StatusCode::BAD_REQUEST
+            }
             MethodNotFound(_)
             | InvalidParams(_)
             | NotInitialized
@@ -247,6 +254,7 @@ impl GatewayError {
             | ToolNeedsScopes { .. }
             | TokenInQuery { .. }
             | MalformedCredentials { .. }
+            | BadHost(_)
             | AuthUnavailable => code::INVALID_REQUEST,
             MethodNotFound(_) => code::METHOD_NOT_FOUND,
             InvalidParams(_) => code::INVALID_PARAMS,
@@ -341,6 +349,7 @@ mod tests {
             (GatewayError::MethodNotAllowed { allow: "GET" }, 405),
             (GatewayError::SessionParamRequired, 400),
             (GatewayError::SessionNotOpened("x"), 400),
+            (GatewayError::BadHost("x"), 400),
         ];
         for (err, status) in cases {
             assert_eq!(err.status().as_u16(), status, "{err}");
