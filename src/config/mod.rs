@@ -64,7 +64,18 @@ pub fn parse(
     source_name: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigErrors> {
-    loader::parse(text, source_name, env)
+    loader::parse(text, source_name, env, None)
+}
+
+/// [`parse`] for a gateway that will listen on `listen` whatever the file says (the `--listen`
+/// flag): rules that depend on the listener are checked against this address.
+pub fn parse_listening_on(
+    text: &str,
+    source_name: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    listen: SocketAddr,
+) -> Result<Config, ConfigErrors> {
+    loader::parse(text, source_name, env, Some(listen))
 }
 
 /// The whole validated configuration. Built only by [`load`] / [`parse`]; every field has already
@@ -160,11 +171,13 @@ pub struct TenantConfig {
     pub failure_policy: FailurePolicy,
     /// The canonical URI of this endpoint (`https://host/t/acme/mcp`): the default token
     /// audience and the `resource` of the protected-resource metadata. `None`: derived per
-    /// request from the scheme, the (validated) Host header and `path`.
+    /// request from the scheme, the (validated) Host header and `path` — refused by validation
+    /// for a tenant with `auth` (and no `audiences`) on a listener that is not loopback.
     pub resource: Option<String>,
     /// Host header values accepted (DNS-rebinding protection), lower case, `host` or
-    /// `host:port`. Empty: when the listener is on a loopback address only `localhost`,
-    /// `127.0.0.1` and `[::1]` (any port) are accepted; otherwise any host.
+    /// `host:port`. Empty: when the listener is on a loopback address only loopback hosts
+    /// (`localhost`, 127.0.0.0/8, `[::1]`, `[::ffff:127.0.0.1]`, any port) are accepted;
+    /// otherwise any host — refused by validation for a tenant with `auth` there.
     pub allowed_hosts: Vec<String>,
     /// Origins accepted when a request carries `Origin` (`https://app.example:8443`, lower
     /// case, no path). Empty: only loopback origins when the listener is on loopback. A request

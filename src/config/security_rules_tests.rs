@@ -214,3 +214,61 @@ fn token_type_rules() {
         ]
     );
 }
+
+/// A tenant with `auth` on a listener other hosts reach must name its audience and hosts, so
+/// neither is ever derived from a client's Host header.
+#[test]
+fn auth_on_an_exposed_listener_names_its_audience_and_hosts() {
+    const AUTH: &str = "    auth: {issuer: \"https://i\"}\n";
+    const RESOURCE: &str = "    resource: https://mcp.example/t/acme/mcp\n";
+    const HOSTS: &str = "    allowed_hosts: [mcp.example]\n";
+    const AUDIENCES: &str = "    auth: {issuer: \"https://i\", audiences: [api://mcp]}\n";
+    let on =
+        |listen: &str, lines: &[&str]| format!("listen: \"{listen}\"\n{}", tenant(&lines.concat()));
+    let prefix = "sec.yaml:4:11: tenants[0].auth: a tenant with `auth` on a listener that is not loopback (0.0.0.0:8080) must set";
+    let audience =
+        "`resource` (this endpoint's public URL, the tokens' audience) or `auth.audiences`";
+    let hosts = "`allowed_hosts` (the Host values clients use)";
+    assert_eq!(
+        errors(&on("0.0.0.0:8080", &[AUTH])),
+        vec![format!(
+            "{prefix} {audience}, and {hosts}: otherwise the accepted token audience and the protected-resource metadata would follow the Host header a client sends"
+        )]
+    );
+    assert_eq!(
+        errors(&on("0.0.0.0:8080", &[HOSTS, AUTH])),
+        vec![format!(
+            "sec.yaml:5:11: tenants[0].auth: a tenant with `auth` on a listener that is not loopback (0.0.0.0:8080) must set {audience}: otherwise the accepted token audience would follow the Host header a client sends"
+        )]
+    );
+    for lines in [&[RESOURCE, AUTH][..], &[AUDIENCES]] {
+        let found = errors(&on("0.0.0.0:8080", lines));
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].contains(&format!(
+                "must set {hosts}: otherwise any Host header would be accepted"
+            )),
+            "{found:#?}"
+        );
+    }
+    // Named: fine anywhere.
+    ok(&on("0.0.0.0:8080", &[RESOURCE, HOSTS, AUTH]));
+    ok(&on("[::]:8080", &[HOSTS, AUDIENCES]));
+    // Loopback listeners (the v4-mapped form included) may derive them from the checked Host.
+    for listen in ["127.0.0.1:8080", "[::1]:8080", "[::ffff:127.0.0.1]:8080"] {
+        ok(&on(listen, &[AUTH]));
+    }
+    // Tenants without `auth` are not concerned.
+    ok(&on("0.0.0.0:8080", &[]));
+    // `--listen` is what counts, in both directions.
+    let listening_on = |text: &str, listen: &str| {
+        super::super::parse_listening_on(text, "sec.yaml", &|_| None, listen.parse().unwrap())
+    };
+    let exposed = listening_on(&on("127.0.0.1:8080", &[AUTH]), "0.0.0.0:9000").unwrap_err();
+    assert!(
+        exposed.to_string().contains("not loopback (0.0.0.0:9000)"),
+        "{exposed}"
+    );
+    let config = listening_on(&on("0.0.0.0:8080", &[AUTH]), "127.0.0.1:9000").unwrap();
+    assert_eq!(config.listen, "127.0.0.1:9000".parse().unwrap());
+}
