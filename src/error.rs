@@ -67,6 +67,10 @@ pub enum GatewayError {
     OriginNotAllowed { origin: String },
     #[error("Forbidden: Host {host:?} is not allowed for this endpoint")]
     HostNotAllowed { host: String },
+    /// A Host (or HTTP/2 `:authority`) that is missing, repeated, malformed, or contradicted by
+    /// the request target: 400 (RFC 9112 §3.2). The reason names the rule, never the value.
+    #[error("Bad Request: invalid Host: {0}")]
+    BadHost(&'static str),
     #[error("Unauthorized: {reason}")]
     Unauthorized {
         /// The `WWW-Authenticate` challenge.
@@ -84,6 +88,13 @@ pub enum GatewayError {
     ToolNeedsScopes { missing: Vec<String> },
     #[error("Bad Request: access tokens are not accepted in the URI query")]
     TokenInQuery { www_authenticate: String },
+    /// Credentials sent in a malformed way (e.g. two `Authorization` headers): 400 with an
+    /// RFC 6750 `invalid_request` challenge.
+    #[error("Bad Request: {reason}")]
+    MalformedCredentials {
+        www_authenticate: String,
+        reason: &'static str,
+    },
     #[error(
         "Service Unavailable: tokens cannot be validated right now (the issuer's keys are unreachable)"
     )]
@@ -150,9 +161,11 @@ impl GatewayError {
             StoreUnavailable => "store_unavailable",
             OriginNotAllowed { .. } => "origin_not_allowed",
             HostNotAllowed { .. } => "host_not_allowed",
+            BadHost(_) => "bad_host",
             Unauthorized { .. } => "invalid_token",
             InsufficientScope { .. } | ToolNeedsScopes { .. } => "insufficient_scope",
             TokenInQuery { .. } => "token_in_query",
+            MalformedCredentials { .. } => "invalid_request",
             AuthUnavailable => "auth_unavailable",
             MethodNotFound(_) => "method_not_found",
             InvalidParams(_) => "invalid_params",
@@ -194,7 +207,9 @@ impl GatewayError {
             | InsufficientScope { .. }
             | ToolNeedsScopes { .. } => StatusCode::FORBIDDEN,
             Unauthorized { .. } => StatusCode::UNAUTHORIZED,
-            TokenInQuery { .. } => StatusCode::BAD_REQUEST,
+            TokenInQuery { .. } | MalformedCredentials { .. } | BadHost(_) => {
+                StatusCode::BAD_REQUEST
+            }
             MethodNotFound(_)
             | InvalidParams(_)
             | NotInitialized
@@ -238,6 +253,8 @@ impl GatewayError {
             | InsufficientScope { .. }
             | ToolNeedsScopes { .. }
             | TokenInQuery { .. }
+            | MalformedCredentials { .. }
+            | BadHost(_)
             | AuthUnavailable => code::INVALID_REQUEST,
             MethodNotFound(_) => code::METHOD_NOT_FOUND,
             InvalidParams(_) => code::INVALID_PARAMS,
@@ -299,7 +316,10 @@ impl GatewayError {
             | GatewayError::InsufficientScope {
                 www_authenticate, ..
             }
-            | GatewayError::TokenInQuery { www_authenticate } => {
+            | GatewayError::TokenInQuery { www_authenticate }
+            | GatewayError::MalformedCredentials {
+                www_authenticate, ..
+            } => {
                 if let Ok(v) = HeaderValue::from_str(www_authenticate) {
                     headers.insert(header::WWW_AUTHENTICATE, v);
                 }
@@ -329,6 +349,7 @@ mod tests {
             (GatewayError::MethodNotAllowed { allow: "GET" }, 405),
             (GatewayError::SessionParamRequired, 400),
             (GatewayError::SessionNotOpened("x"), 400),
+            (GatewayError::BadHost("x"), 400),
         ];
         for (err, status) in cases {
             assert_eq!(err.status().as_u16(), status, "{err}");

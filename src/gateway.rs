@@ -156,7 +156,7 @@ impl Gateway {
             bus: bus.clone(),
             session_ttl: config.sessions.ttl,
             limits: config.limits.clone(),
-            loopback: config.listen.ip().is_loopback(),
+            loopback: config.listen.ip().to_canonical().is_loopback(),
             shutdown: watch::channel(false).0,
             bus_listener: Mutex::new(None),
             pumps: Arc::default(),

@@ -62,11 +62,11 @@ impl ConfigSource {
         let file = self.path.display().to_string();
         let text = config::read(&self.path)?;
         let lookup = &*self.lookup;
-        let mut config = config::parse(&text, &file, &|name| lookup(name))?;
+        let mut config = match self.listen {
+            Some(addr) => config::parse_listening_on(&text, &file, &|name| lookup(name), addr)?,
+            None => config::parse(&text, &file, &|name| lookup(name))?,
+        };
         config.source = Some(self.path.clone());
-        if let Some(addr) = self.listen {
-            config.listen = addr;
-        }
         Ok((config, Digest::of(text.as_bytes())))
     }
 
@@ -192,5 +192,35 @@ pub async fn watch(
         }
         seen = now;
         reload(&gateway, &source).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// `--listen` is applied before validation: rules that depend on the listener see the
+    /// address served, not the one in the file.
+    #[test]
+    fn the_listen_override_is_validated() {
+        let dir = std::env::temp_dir().join(format!("switchyard-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("gw.yaml");
+        std::fs::write(
+            &path,
+            "listen: 127.0.0.1:8080\ntenants:\n  - name: acme\n    auth: {issuer: \"https://i\"}\n    upstreams: [{name: a, stdio: {command: x}}]\n",
+        )
+        .unwrap();
+        let lookup: Arc<Lookup> = Arc::new(|_: &str| None);
+        let mut source = ConfigSource::with_lookup(&path, lookup);
+        assert!(source.load().is_ok(), "valid on loopback");
+        source.override_listen("0.0.0.0:9000".parse().unwrap());
+        let errors = source.load().unwrap_err().to_string();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            errors.contains(":4:11: tenants[0].auth: a tenant with `auth` on a listener that is not loopback (0.0.0.0:9000)"),
+            "{errors}"
+        );
     }
 }

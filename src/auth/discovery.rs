@@ -1,20 +1,17 @@
-//! Finding an issuer's signing keys: OpenID Connect discovery (with the `openidconnect`
-//! crate), falling back to RFC 8414 authorization-server metadata.
+//! Finding an issuer's signing keys: OpenID Connect discovery (the document read as the
+//! `openidconnect` crate's provider metadata, issuer compared exactly), falling back to RFC 8414
+//! authorization-server metadata; and `get`, the bounded reader of the identity provider's
+//! documents that the key-set fetch uses too.
 
-use std::time::Duration;
-
-use openidconnect::IssuerUrl;
+use axum::http::HeaderMap;
 use openidconnect::core::CoreProviderMetadata;
 use serde::Deserialize;
 
-/// Bound on each discovery request.
-const TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest discovery or key-set document accepted. Real ones are a few KiB; a provider (or
+/// something posing as one) sending more is refused rather than buffered.
+pub const MAX_DOCUMENT: usize = 256 << 10;
 
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct FetchError(String);
-
-/// The `jwks_uri` of `issuer`.
+/// The `jwks_uri` of `issuer`. Every request is bounded by the caller's deadline.
 pub async fn jwks_uri(http: &reqwest::Client, issuer: &str) -> Result<String, String> {
     let oidc_error = match oidc(http, issuer).await {
         Ok(uri) => return Ok(uri),
@@ -28,37 +25,22 @@ pub async fn jwks_uri(http: &reqwest::Client, issuer: &str) -> Result<String, St
     }
 }
 
-/// `/.well-known/openid-configuration`, validated by the `openidconnect` crate (issuer must
-/// match exactly).
+/// `<issuer>/.well-known/openid-configuration`. Read here rather than with the crate's
+/// `discover_async`, which would also fetch the key set (a second fetch per refresh).
 async fn oidc(http: &reqwest::Client, issuer: &str) -> Result<String, String> {
-    let issuer_url = IssuerUrl::new(issuer.to_owned()).map_err(|e| e.to_string())?;
-    let client = {
-        let http = http.clone();
-        move |req: openidconnect::HttpRequest| {
-            let http = http.clone();
-            async move {
-                let (parts, body) = req.into_parts();
-                let resp = http
-                    .request(parts.method, parts.uri.to_string())
-                    .headers(parts.headers)
-                    .body(body)
-                    .timeout(TIMEOUT)
-                    .send()
-                    .await
-                    .map_err(|e| FetchError(e.to_string()))?;
-                let status = resp.status();
-                let headers = resp.headers().clone();
-                let body = resp.bytes().await.map_err(|e| FetchError(e.to_string()))?;
-                let mut out = openidconnect::HttpResponse::new(body.to_vec());
-                *out.status_mut() = status;
-                *out.headers_mut() = headers;
-                Ok::<_, FetchError>(out)
-            }
-        }
-    };
-    let metadata = CoreProviderMetadata::discover_async(issuer_url, &client)
-        .await
-        .map_err(|e| e.to_string())?;
+    let url = format!(
+        "{}/.well-known/openid-configuration",
+        issuer.trim_end_matches('/')
+    );
+    let (_, body) = get(http, &url).await?;
+    let metadata: CoreProviderMetadata =
+        serde_json::from_slice(&body).map_err(|e| format!("invalid metadata: {e}"))?;
+    if metadata.issuer().as_str() != issuer {
+        return Err(format!(
+            "metadata names issuer {:?}",
+            metadata.issuer().as_str()
+        ));
+    }
     Ok(metadata.jwks_uri().url().to_string())
 }
 
@@ -76,16 +58,9 @@ async fn rfc8414(http: &reqwest::Client, issuer: &str) -> Result<String, String>
         None => (rest, ""),
     };
     let url = format!("{scheme}://{authority}/.well-known/oauth-authorization-server{path}");
-    let resp = http
-        .get(&url)
-        .timeout(TIMEOUT)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    if !resp.status().is_success() {
-        return Err(format!("HTTP {}", resp.status().as_u16()));
-    }
-    let meta: AuthorizationServerMetadata = read_json(resp).await?;
+    let (_, body) = get(http, &url).await?;
+    let meta: AuthorizationServerMetadata =
+        serde_json::from_slice(&body).map_err(|e| format!("invalid JSON: {e}"))?;
     if meta.issuer != issuer {
         return Err(format!("metadata names issuer {:?}", meta.issuer));
     }
@@ -93,10 +68,30 @@ async fn rfc8414(http: &reqwest::Client, issuer: &str) -> Result<String, String>
         .ok_or_else(|| "the metadata has no jwks_uri".into())
 }
 
-/// A response body as JSON (reqwest's `json` feature is not enabled).
-pub(super) async fn read_json<T: for<'de> Deserialize<'de>>(
-    resp: reqwest::Response,
-) -> Result<T, String> {
-    let body = resp.bytes().await.map_err(|e| e.to_string())?;
-    serde_json::from_slice(&body).map_err(|e| format!("invalid JSON: {e}"))
+/// GETs a JSON document: its headers and at most `MAX_DOCUMENT` bytes of body (a success
+/// status is required). The body is read chunk by chunk so a larger one is never buffered.
+pub async fn get(http: &reqwest::Client, url: &str) -> Result<(HeaderMap, Vec<u8>), String> {
+    let mut resp = http
+        .get(url)
+        .header(reqwest::header::ACCEPT, "application/json")
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !resp.status().is_success() {
+        return Err(format!("HTTP {}", resp.status().as_u16()));
+    }
+    let too_large = || format!("the document is larger than {} KiB", MAX_DOCUMENT >> 10);
+    let declared = resp.content_length().unwrap_or(0);
+    if declared > MAX_DOCUMENT as u64 {
+        return Err(too_large());
+    }
+    let headers = std::mem::take(resp.headers_mut());
+    let mut body = Vec::with_capacity(usize::try_from(declared).unwrap_or(0));
+    while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
+        if body.len() + chunk.len() > MAX_DOCUMENT {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((headers, body))
 }

@@ -4,6 +4,7 @@
 
 mod challenge;
 mod discovery;
+mod jose;
 mod jwks;
 
 use std::collections::HashSet;
@@ -19,6 +20,7 @@ pub use jwks::JwksCache;
 
 use crate::config::{AuthConfig, JwtAlgorithm};
 use crate::error::GatewayError;
+use jose::ProtectedHeader;
 
 /// Who is calling, as established by a validated token.
 #[derive(Debug, Clone)]
@@ -104,7 +106,7 @@ impl Authenticator {
                 ),
             });
         }
-        let token = bearer(headers).ok_or_else(|| GatewayError::Unauthorized {
+        let token = bearer(headers, resource)?.ok_or_else(|| GatewayError::Unauthorized {
             www_authenticate: resource.challenge(&self.config.required_scopes, None),
             reason: "a bearer token is required".into(),
         })?;
@@ -112,16 +114,19 @@ impl Authenticator {
             www_authenticate: resource.challenge(&self.config.required_scopes, Some(why)),
             reason: why.to_owned(),
         };
-        let header = jsonwebtoken::decode_header(token)
-            .map_err(|_| invalid("the token is not a signed JWT"))?;
+        let header = ProtectedHeader::read(token, self.config.token_type)
+            .map_err(|refused| invalid(refused.description()))?;
         if !self.algorithms.contains(&header.alg) {
             return Err(invalid("the token's signature algorithm is not accepted"));
         }
-        let keys = self
+        let key_set = self
             .keys
             .keys_for(header.kid.as_deref(), header.alg)
             .await?;
-        if keys.is_empty() {
+        let mut keys = key_set
+            .matching(header.kid.as_deref(), header.alg)
+            .peekable();
+        if keys.peek().is_none() {
             return Err(invalid("the token was signed with an unknown key"));
         }
         let mut validation = Validation::new(header.alg);
@@ -137,7 +142,7 @@ impl Authenticator {
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         let mut last = None;
         let mut data = None;
-        for key in keys.iter() {
+        for key in keys {
             match jsonwebtoken::decode::<Map<String, Value>>(token, key, &validation) {
                 Ok(d) => {
                     data = Some(d);
@@ -185,12 +190,26 @@ impl Authenticator {
     }
 }
 
-/// The token of `Authorization: Bearer <token>` (scheme case-insensitive).
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    let token = token.trim();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+/// The token of `Authorization: Bearer <token>` (scheme case-insensitive), if any. The header
+/// sent twice is a malformed request (RFC 6750 §3.1 `invalid_request`): which copy counts
+/// would be a guess.
+fn bearer<'h>(
+    headers: &'h HeaderMap,
+    resource: &ResourceIdentity,
+) -> Result<Option<&'h str>, GatewayError> {
+    let value =
+        crate::http::headers::once(headers, header::AUTHORIZATION.as_str()).map_err(|_| {
+            let reason = "the Authorization header must appear once";
+            GatewayError::MalformedCredentials {
+                www_authenticate: resource.challenge_invalid_request(reason),
+                reason,
+            }
+        })?;
+    Ok(value.and_then(|v| v.to_str().ok()).and_then(|value| {
+        let (scheme, token) = value.split_once(' ')?;
+        let token = token.trim();
+        (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+    }))
 }
 
 /// A stable, opaque user key: the first 128 bits of SHA-256(issuer NUL subject), hex.

@@ -16,16 +16,26 @@ fn user_keys_are_stable_opaque_and_distinct() {
 
 #[test]
 fn bearer_parsing() {
+    let resource = ResourceIdentity::new("https://h/mcp".into());
+    let token = |h: &HeaderMap| bearer(h, &resource).unwrap().map(str::to_owned);
     let mut h = HeaderMap::new();
-    assert!(bearer(&h).is_none());
+    assert!(token(&h).is_none());
     h.insert(header::AUTHORIZATION, "Bearer abc.def".parse().unwrap());
-    assert_eq!(bearer(&h), Some("abc.def"));
+    assert_eq!(token(&h).as_deref(), Some("abc.def"));
     h.insert(header::AUTHORIZATION, "bearer   xyz ".parse().unwrap());
-    assert_eq!(bearer(&h), Some("xyz"));
+    assert_eq!(token(&h).as_deref(), Some("xyz"));
     h.insert(header::AUTHORIZATION, "Basic dXNlcjpwYXNz".parse().unwrap());
-    assert!(bearer(&h).is_none());
+    assert!(token(&h).is_none());
     h.insert(header::AUTHORIZATION, "Bearer ".parse().unwrap());
-    assert!(bearer(&h).is_none());
+    assert!(token(&h).is_none());
+    h.append(header::AUTHORIZATION, "Bearer abc".parse().unwrap());
+    let Err(GatewayError::MalformedCredentials {
+        www_authenticate, ..
+    }) = bearer(&h, &resource)
+    else {
+        panic!("a repeated Authorization header is malformed");
+    };
+    assert!(www_authenticate.starts_with("Bearer error=\"invalid_request\""));
 }
 
 #[test]

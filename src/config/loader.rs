@@ -1,6 +1,8 @@
 //! The loading pipeline behind `parse`: YAML → node tree → raw types → validated `Config`, with
 //! the problems of every stage merged and sorted by position.
 
+use std::net::SocketAddr;
+
 use serde::Deserialize;
 
 use super::Config;
@@ -15,6 +17,7 @@ pub(super) fn parse(
     text: &str,
     source_name: &str,
     env: &dyn Fn(&str) -> Option<String>,
+    listen: Option<SocketAddr>,
 ) -> Result<Config, ConfigErrors> {
     let document = yaml::parse(text);
     let mut errors: Vec<ConfigError> = document
@@ -46,7 +49,7 @@ pub(super) fn parse(
     // `Sp` records problems instead of failing; an `Err` here would still be in the sink.
     let raw = Sp::<RawConfig>::deserialize(NodeDe::new(&ctx, &root)).ok();
     let mut checker = Checker::new(source_name);
-    let config = raw.and_then(|raw| validate::validate(&raw, &mut checker));
+    let config = raw.and_then(|raw| validate::validate(&raw, &mut checker, listen));
     errors.extend(ctx.into_errors());
     errors.extend(checker.errors);
     match config {

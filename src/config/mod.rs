@@ -72,7 +72,18 @@ pub fn parse(
     source_name: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigErrors> {
-    loader::parse(text, source_name, env)
+    loader::parse(text, source_name, env, None)
+}
+
+/// [`parse`] for a gateway that will listen on `listen` whatever the file says (the `--listen`
+/// flag): rules that depend on the listener are checked against this address.
+pub fn parse_listening_on(
+    text: &str,
+    source_name: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    listen: SocketAddr,
+) -> Result<Config, ConfigErrors> {
+    loader::parse(text, source_name, env, Some(listen))
 }
 
 /// The whole validated configuration. Built only by [`load`] / [`parse`]; every field has already
@@ -171,11 +182,13 @@ pub struct TenantConfig {
     pub failure_policy: FailurePolicy,
     /// The canonical URI of this endpoint (`https://host/t/acme/mcp`): the default token
     /// audience and the `resource` of the protected-resource metadata. `None`: derived per
-    /// request from the scheme, the (validated) Host header and `path`.
+    /// request from the scheme, the (validated) Host header and `path` — refused by validation
+    /// for a tenant with `auth` (and no `audiences`) on a listener that is not loopback.
     pub resource: Option<String>,
     /// Host header values accepted (DNS-rebinding protection), lower case, `host` or
-    /// `host:port`. Empty: when the listener is on a loopback address only `localhost`,
-    /// `127.0.0.1` and `[::1]` (any port) are accepted; otherwise any host.
+    /// `host:port`. Empty: when the listener is on a loopback address only loopback hosts
+    /// (`localhost`, 127.0.0.0/8, `[::1]`, `[::ffff:127.0.0.1]`, any port) are accepted;
+    /// otherwise any host — refused by validation for a tenant with `auth` there.
     pub allowed_hosts: Vec<String>,
     /// Origins accepted when a request carries `Origin` (`https://app.example:8443`, lower
     /// case, no path). Empty: only loopback origins when the listener is on loopback. A request
@@ -208,6 +221,19 @@ pub struct AuthConfig {
     pub required_scopes: Vec<String>,
     /// Advertised in the protected-resource metadata (default: `required_scopes`).
     pub scopes_supported: Vec<String>,
+    /// The `typ` header tokens must carry (default: any).
+    pub token_type: TokenType,
+}
+
+/// Which JWTs a tenant takes as access tokens, by their `typ` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TokenType {
+    /// Any `typ`, or none.
+    #[default]
+    Any,
+    /// `at+jwt` / `application/at+jwt` only (RFC 9068 §2.1, §4): a JWT of another kind from
+    /// the same issuer and for the same audience (an ID token, say) is not an access token.
+    AccessToken,
 }
 
 /// JWS algorithms a tenant may accept. Symmetric (`HS*`) and `none` are not representable.

@@ -26,6 +26,8 @@ pub struct RawAuth {
     pub clock_skew: Field<Dur>,
     pub required_scopes: Field<Vec<Sp<String>>>,
     pub scopes_supported: Field<Vec<Sp<String>>>,
+    /// A string, so an unknown value gets the list of known ones.
+    pub token_type: Field<String>,
 }
 
 #[derive(Deserialize)]

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use super::super::TokenType;
 use super::{TempDir, UPSTREAM, errors, http_upstream, ok, tenant};
 
 #[test]
@@ -86,7 +87,7 @@ fn auth_rules() {
             "sec.yaml:6:25: tenants[0].auth.required_scopes[0]: invalid scope \"a b\": a scope cannot contain spaces: list each scope as its own item, e.g. [mcp, files:write]",
             "sec.yaml:6:32: tenants[0].auth.required_scopes[1]: invalid scope \"q\\\"\": a scope is printable ASCII without spaces, '\"' or '\\' (RFC 6749 §3.3)",
             "sec.yaml:7:26: tenants[0].auth.scopes_supported[0]: invalid scope \"\": a scope must not be empty",
-            "sec.yaml:8:7: tenants[0].auth: unknown field `bogus`, expected one of: issuer, jwks_url, audiences, algorithms, clock_skew, required_scopes, scopes_supported",
+            "sec.yaml:8:7: tenants[0].auth: unknown field `bogus`, expected one of: issuer, jwks_url, audiences, algorithms, clock_skew, required_scopes, scopes_supported, token_type",
         ]
     );
 }
@@ -224,4 +225,83 @@ fn header_files_and_oauth2_rules() {
             "sec.yaml:5:115: tenants[0].upstreams[0].http.header_files.authorization: header file \"/no/file\" does not exist (relative paths are resolved from the gateway's working directory)",
         ]
     );
+}
+
+#[test]
+fn token_type_rules() {
+    let with = |extra: &str| tenant(&format!("    auth: {{issuer: \"https://i\"{extra}}}\n"));
+    let token_type = |extra: &str| {
+        ok(&with(extra)).tenants[0]
+            .auth
+            .as_ref()
+            .unwrap()
+            .token_type
+    };
+    assert_eq!(token_type(""), TokenType::Any, "the default");
+    assert_eq!(token_type(", token_type: any"), TokenType::Any);
+    assert_eq!(token_type(", token_type: at+jwt"), TokenType::AccessToken);
+    assert_eq!(
+        errors(&with(", token_type: JWT")),
+        vec![
+            "sec.yaml:3:45: tenants[0].auth.token_type: invalid token type \"JWT\": expected `any` (the default: any `typ` header) or `at+jwt` (RFC 9068 JWT access tokens only)"
+        ]
+    );
+}
+
+/// A tenant with `auth` on a listener other hosts reach must name its audience and hosts, so
+/// neither is ever derived from a client's Host header.
+#[test]
+fn auth_on_an_exposed_listener_names_its_audience_and_hosts() {
+    const AUTH: &str = "    auth: {issuer: \"https://i\"}\n";
+    const RESOURCE: &str = "    resource: https://mcp.example/t/acme/mcp\n";
+    const HOSTS: &str = "    allowed_hosts: [mcp.example]\n";
+    const AUDIENCES: &str = "    auth: {issuer: \"https://i\", audiences: [api://mcp]}\n";
+    let on =
+        |listen: &str, lines: &[&str]| format!("listen: \"{listen}\"\n{}", tenant(&lines.concat()));
+    let prefix = "sec.yaml:4:11: tenants[0].auth: a tenant with `auth` on a listener that is not loopback (0.0.0.0:8080) must set";
+    let audience =
+        "`resource` (this endpoint's public URL, the tokens' audience) or `auth.audiences`";
+    let hosts = "`allowed_hosts` (the Host values clients use)";
+    assert_eq!(
+        errors(&on("0.0.0.0:8080", &[AUTH])),
+        vec![format!(
+            "{prefix} {audience}, and {hosts}: otherwise the accepted token audience and the protected-resource metadata would follow the Host header a client sends"
+        )]
+    );
+    assert_eq!(
+        errors(&on("0.0.0.0:8080", &[HOSTS, AUTH])),
+        vec![format!(
+            "sec.yaml:5:11: tenants[0].auth: a tenant with `auth` on a listener that is not loopback (0.0.0.0:8080) must set {audience}: otherwise the accepted token audience would follow the Host header a client sends"
+        )]
+    );
+    for lines in [&[RESOURCE, AUTH][..], &[AUDIENCES]] {
+        let found = errors(&on("0.0.0.0:8080", lines));
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].contains(&format!(
+                "must set {hosts}: otherwise any Host header would be accepted"
+            )),
+            "{found:#?}"
+        );
+    }
+    // Named: fine anywhere.
+    ok(&on("0.0.0.0:8080", &[RESOURCE, HOSTS, AUTH]));
+    ok(&on("[::]:8080", &[HOSTS, AUDIENCES]));
+    // Loopback listeners (the v4-mapped form included) may derive them from the checked Host.
+    for listen in ["127.0.0.1:8080", "[::1]:8080", "[::ffff:127.0.0.1]:8080"] {
+        ok(&on(listen, &[AUTH]));
+    }
+    // Tenants without `auth` are not concerned.
+    ok(&on("0.0.0.0:8080", &[]));
+    // `--listen` is what counts, in both directions.
+    let listening_on = |text: &str, listen: &str| {
+        super::super::parse_listening_on(text, "sec.yaml", &|_| None, listen.parse().unwrap())
+    };
+    let exposed = listening_on(&on("127.0.0.1:8080", &[AUTH]), "0.0.0.0:9000").unwrap_err();
+    assert!(
+        exposed.to_string().contains("not loopback (0.0.0.0:9000)"),
+        "{exposed}"
+    );
+    let config = listening_on(&on("0.0.0.0:8080", &[AUTH]), "127.0.0.1:9000").unwrap();
+    assert_eq!(config.listen, "127.0.0.1:9000".parse().unwrap());
 }

@@ -137,19 +137,31 @@ pub(super) fn shown(sp: &Sp<String>) -> String {
     }
 }
 
-/// Validates everything; `Some` only if no problem was found in the raw config.
-pub(super) fn validate(raw: &Sp<RawConfig>, checker: &mut Checker<'_>) -> Option<Config> {
+/// Validates everything; `Some` only if no problem was found in the raw config. `served` is
+/// the listener address when it overrides the file's `listen`.
+pub(super) fn validate(
+    raw: &Sp<RawConfig>,
+    checker: &mut Checker<'_>,
+    served: Option<SocketAddr>,
+) -> Option<Config> {
     let root = raw.get()?;
     let admin_listen = match &root.admin_listen {
         None => Some(None),
         Some(_) => listen(checker, &root.admin_listen).map(Some),
     };
-    let listen = listen(checker, &root.listen);
+    let listen = listen(checker, &root.listen).map(|written| served.unwrap_or(written));
     let limits = limits(checker, &root.limits);
     let sessions = sessions(checker, &root.sessions);
     let tls = super::validate_security::tls(checker, &root.tls);
     let telemetry = telemetry(checker, &root.telemetry);
     let tenants = tenants(checker, &root.tenants, &raw.loc);
+    if let (Some(listen), Some(tenants), Some(raw_tenants)) = (
+        listen,
+        &tenants,
+        root.tenants.as_ref().and_then(|t| t.get()),
+    ) {
+        super::validate_security::exposed_auth(checker, listen, raw_tenants, tenants);
+    }
     Some(Config {
         source: None,
         listen: listen?,

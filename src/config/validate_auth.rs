@@ -12,7 +12,7 @@ use super::suggest::did_you_mean;
 use super::units::format_duration;
 use super::validate::{Checker, shown};
 use super::validate_security::{checked_list, scopes, url_field};
-use super::{AuthConfig, JwtAlgorithm, ToolPolicy};
+use super::{AuthConfig, JwtAlgorithm, TokenType, ToolPolicy};
 
 const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(60);
 const MAX_CLOCK_SKEW: Duration = Duration::from_secs(5 * 60);
@@ -82,6 +82,7 @@ pub(super) fn auth(checker: &mut Checker<'_>, sp: &Sp<RawAuth>) -> Option<AuthCo
         None => required_scopes.clone(),
         Some(_) => scopes(checker, &raw.scopes_supported),
     };
+    let token_type = token_type(checker, &raw.token_type);
     Some(AuthConfig {
         issuer: issuer?,
         jwks_url: jwks_url?,
@@ -90,7 +91,29 @@ pub(super) fn auth(checker: &mut Checker<'_>, sp: &Sp<RawAuth>) -> Option<AuthCo
         clock_skew: clock_skew?,
         required_scopes: required_scopes?,
         scopes_supported: scopes_supported?,
+        token_type: token_type?,
     })
+}
+
+/// `token_type`: `any` (the default) or `at+jwt`.
+fn token_type(checker: &mut Checker<'_>, field: &Field<String>) -> Option<TokenType> {
+    let Some(sp) = field else {
+        return Some(TokenType::Any);
+    };
+    match sp.get()?.as_str() {
+        "any" => Some(TokenType::Any),
+        "at+jwt" => Some(TokenType::AccessToken),
+        _ => {
+            checker.error(
+                &sp.loc,
+                format!(
+                    "invalid token type {}: expected `any` (the default: any `typ` header) or `at+jwt` (RFC 9068 JWT access tokens only)",
+                    shown(sp)
+                ),
+            );
+            None
+        }
+    }
 }
 
 /// The issuer identifier: an absolute http(s) URL without query or fragment (RFC 8414 §2),

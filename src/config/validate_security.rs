@@ -2,6 +2,7 @@
 //! Origin allow-lists (then `auth` and `tool_policies`, see `validate_auth`), and the shared
 //! helpers for files that must exist, URL fields and checked lists.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use super::spanned::Sp;
 use super::subst::HIDDEN_VALUE;
 use super::validate::{Checker, Seen, shown, unique};
 use super::validate_auth;
-use super::{AuthConfig, TlsConfig, ToolPolicy};
+use super::{AuthConfig, TenantConfig, TlsConfig, ToolPolicy};
 
 const DEFAULT_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
 const MIN_RELOAD_INTERVAL: Duration = Duration::from_secs(1);
@@ -115,6 +116,53 @@ pub(super) fn tenant(
         auth: auth?,
         tool_policies: tool_policies?,
     })
+}
+
+/// On a listener other hosts can reach, a tenant with `auth` must not let a client's Host
+/// header decide who it is: without `resource` (or `auth.audiences`) the accepted audience,
+/// and without `allowed_hosts` the metadata and challenges, would be derived from whatever
+/// Host a client sends. Reported at the tenant's `auth`. `raw` and `tenants` are in the same
+/// order (the tenants validated without error).
+pub(super) fn exposed_auth(
+    checker: &mut Checker<'_>,
+    listen: SocketAddr,
+    raw: &[Sp<RawTenant>],
+    tenants: &[TenantConfig],
+) {
+    if listen.ip().to_canonical().is_loopback() {
+        return;
+    }
+    for (raw, tenant) in raw.iter().zip(tenants) {
+        let (Some(auth), Some(at)) = (&tenant.auth, raw.get().and_then(|r| r.auth.as_ref())) else {
+            continue;
+        };
+        let no_audience = tenant.resource.is_none() && auth.audiences.is_empty();
+        let no_hosts = tenant.allowed_hosts.is_empty();
+        const AUDIENCE: &str =
+            "`resource` (this endpoint's public URL, the tokens' audience) or `auth.audiences`";
+        const HOSTS: &str = "`allowed_hosts` (the Host values clients use)";
+        let (missing, otherwise) = match (no_audience, no_hosts) {
+            (false, false) => continue,
+            (true, true) => (
+                format!("{AUDIENCE}, and {HOSTS}"),
+                "the accepted token audience and the protected-resource metadata would follow the Host header a client sends",
+            ),
+            (true, false) => (
+                AUDIENCE.to_owned(),
+                "the accepted token audience would follow the Host header a client sends",
+            ),
+            (false, true) => (
+                HOSTS.to_owned(),
+                "any Host header would be accepted, and without `resource` the metadata would name the host a client sends",
+            ),
+        };
+        checker.error(
+            &at.loc,
+            format!(
+                "a tenant with `auth` on a listener that is not loopback ({listen}) must set {missing}: otherwise {otherwise}"
+            ),
+        );
+    }
 }
 
 /// The canonical resource URI: an absolute http(s) URL without query, fragment or user info,

@@ -282,10 +282,7 @@ pub(super) fn step_up(tenant: &Tenant, parts: &Parts, e: GatewayError) -> Gatewa
     let GatewayError::ToolNeedsScopes { missing } = e else {
         return e;
     };
-    let host = guard::request_host(parts)
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    let resource = guard::resource_identity(tenant, parts, &host);
+    let resource = guard::admitted_resource(tenant, parts);
     GatewayError::InsufficientScope {
         www_authenticate: resource.challenge_scope(&missing),
         missing,

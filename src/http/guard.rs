@@ -1,17 +1,21 @@
 //! The security front of a tenant endpoint, applied to every request before anything else:
 //! Host validation (DNS-rebinding protection), Origin validation, and bearer-token
-//! authentication. Each failure maps to its status: 403, 403, 401/403/400.
+//! authentication. A Host or Origin that is missing (Host), repeated or malformed is a 400
+//! (RFC 9112 §3.2: the request is broken, there is nothing to match); a well-formed one that is
+//! not allowed is a 403; token failures are 401/403/400, keys out of reach 503.
 
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 
+use super::authority::{Authority, Malformed, Origin};
+use super::headers;
 use crate::auth::{Principal, ResourceIdentity};
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
 use crate::tenant::Tenant;
 
-/// Host names a loopback-bound gateway accepts when no `allowed_hosts` are configured.
-const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
+/// Longest host or origin echoed in a 403 and its log line.
+const SHOWN: usize = 100;
 
 /// Checks Host and Origin, then authenticates. Returns who is calling.
 pub async fn admit(
@@ -19,8 +23,7 @@ pub async fn admit(
     tenant: &Tenant,
     parts: &Parts,
 ) -> Result<Principal, GatewayError> {
-    let host = request_host(parts).unwrap_or_default().to_ascii_lowercase();
-    check_host(gateway, tenant, &host)?;
+    let host = check_host(gateway, tenant, parts)?;
     check_origin(gateway, tenant, &parts.headers, &host, tls(parts))?;
     match &tenant.authenticator {
         None => Ok(Principal::anonymous()),
@@ -32,23 +35,80 @@ pub async fn admit(
     }
 }
 
-/// The canonical resource of the endpoint: configured, or derived from the request.
-pub fn resource_identity(tenant: &Tenant, parts: &Parts, host: &str) -> ResourceIdentity {
+/// The request's host, if the tenant accepts it: 400 when it is missing, repeated, malformed
+/// or contradicted by the request target, 403 when it is not allowed. With no `allowed_hosts`,
+/// a loopback listener accepts only loopback hosts (`localhost`, 127.0.0.0/8, `[::1]`,
+/// `[::ffff:127.0.0.1]`), any other listener any host.
+pub fn check_host<'p>(
+    gateway: &Gateway,
+    tenant: &Tenant,
+    parts: &'p Parts,
+) -> Result<Authority<'p>, GatewayError> {
+    let host = request_authority(parts).inspect_err(|e| {
+        tracing::warn!(tenant = %tenant.name, error = %e, "request refused: malformed Host");
+    })?;
+    let allowed = &tenant.config.allowed_hosts;
+    let ok = match allowed.is_empty() {
+        true => !gateway.listens_on_loopback() || host.is_loopback(),
+        false => allowed.iter().any(|entry| host.allowed_by(entry)),
+    };
+    if ok {
+        return Ok(host);
+    }
+    let shown: String = host.to_url_authority().chars().take(SHOWN).collect();
+    tracing::warn!(tenant = %tenant.name, host = %shown, "request refused: Host not allowed");
+    Err(GatewayError::HostNotAllowed { host: shown })
+}
+
+/// The canonical resource of the endpoint: configured, or derived from the checked host.
+pub fn resource_identity(tenant: &Tenant, parts: &Parts, host: &Authority<'_>) -> ResourceIdentity {
     match &tenant.config.resource {
         Some(uri) => ResourceIdentity::new(uri.clone()),
-        None => ResourceIdentity::from_request(tls(parts), host, &tenant.config.path),
+        None => ResourceIdentity::from_request(
+            tls(parts),
+            &host.to_url_authority(),
+            &tenant.config.path,
+        ),
     }
 }
 
-/// The Host header (HTTP/1.1) or the URI authority (HTTP/2 `:authority`). A request with
-/// several Host headers has none (it is refused).
-pub fn request_host(parts: &Parts) -> Option<&str> {
-    let mut hosts = parts.headers.get_all(header::HOST).iter();
-    match (hosts.next(), hosts.next()) {
-        (Some(h), None) => h.to_str().ok(),
-        (Some(_), Some(_)) => None,
-        (None, _) => parts.uri.authority().map(|a| a.as_str()),
+/// The resource of a request `admit` let through (for challenges raised later).
+pub fn admitted_resource(tenant: &Tenant, parts: &Parts) -> ResourceIdentity {
+    match request_authority(parts) {
+        Ok(host) => resource_identity(tenant, parts, &host),
+        // Not reached after `admit`; a path-only identity rather than a made-up host.
+        Err(_) => ResourceIdentity::new(tenant.config.path.clone()),
     }
+}
+
+/// The one authority the request names: its Host header (sent once), else the target's
+/// authority (HTTP/2 `:authority`, or an absolute-form target). When both are present they
+/// must agree (RFC 9113 §8.3.1; RFC 9112 §3.2.2 would have the target win, so a Host that
+/// disagrees is refused rather than either one trusted).
+fn request_authority(parts: &Parts) -> Result<Authority<'_>, GatewayError> {
+    let sent = headers::once(&parts.headers, header::HOST.as_str())
+        .map_err(|_| GatewayError::BadHost("the Host header must appear once"))?;
+    let target = parts.uri.authority().map(|a| a.as_str());
+    let text = match (sent, target) {
+        (Some(value), _) => value
+            .to_str()
+            .map_err(|_| GatewayError::BadHost("the Host header must be visible ASCII"))?,
+        (None, Some(target)) => target,
+        (None, None) => return Err(GatewayError::BadHost("the request names no host")),
+    };
+    let host = Authority::parse(text).map_err(|Malformed(why)| GatewayError::BadHost(why))?;
+    if sent.is_some()
+        && let Some(target) = target
+    {
+        let named =
+            Authority::parse(target).map_err(|Malformed(why)| GatewayError::BadHost(why))?;
+        if !named.same_as(&host, tls(parts)) {
+            return Err(GatewayError::BadHost(
+                "the Host header and the request target name different hosts",
+            ));
+        }
+    }
+    Ok(host)
 }
 
 /// Whether the request came over TLS (hand-built requests without `ConnInfo` did not).
@@ -59,87 +119,35 @@ fn tls(parts: &Parts) -> bool {
         .is_some_and(|c| c.tls)
 }
 
-/// `host` without its port (IPv6 literals keep their brackets).
-fn hostname(host: &str) -> &str {
-    if host.starts_with('[') {
-        return host
-            .split_once(']')
-            .map_or(host, |(h, _)| &host[..=h.len()]);
-    }
-    host.rsplit_once(':').map_or(host, |(h, _)| h)
-}
-
-fn host_allowed(gateway: &Gateway, tenant: &Tenant, host: &str) -> bool {
-    if host.is_empty() {
-        return false;
-    }
-    let allowed = &tenant.config.allowed_hosts;
-    if allowed.is_empty() {
-        return !gateway.listens_on_loopback() || LOOPBACK_HOSTS.contains(&hostname(host));
-    }
-    allowed
-        .iter()
-        .any(|a| a == host || (!a.contains(':') || a.ends_with(']')) && a == hostname(host))
-}
-
-fn check_host(gateway: &Gateway, tenant: &Tenant, host: &str) -> Result<(), GatewayError> {
-    if host_allowed(gateway, tenant, host) {
-        return Ok(());
-    }
-    tracing::warn!(tenant = %tenant.name, host = %host.chars().take(100).collect::<String>(), "request refused: Host not allowed");
-    Err(GatewayError::HostNotAllowed {
-        host: host.chars().take(100).collect(),
-    })
-}
-
+/// A request without `Origin` passes (not a browser, or same-origin GET). One with it must be
+/// the endpoint's own origin, or listed, or (nothing listed, loopback listener) a loopback one.
 fn check_origin(
     gateway: &Gateway,
     tenant: &Tenant,
     headers: &HeaderMap,
-    host: &str,
+    host: &Authority<'_>,
     tls: bool,
 ) -> Result<(), GatewayError> {
-    let Some(origin) = headers.get(header::ORIGIN) else {
+    let value = headers::once(headers, header::ORIGIN.as_str())
+        .map_err(|_| GatewayError::BadHeader("the Origin header must appear once".into()))?;
+    let Some(value) = value else {
         return Ok(());
     };
-    let origin = origin
-        .to_str()
-        .unwrap_or("")
-        .trim_end_matches('/')
-        .to_ascii_lowercase();
+    let text = value.to_str().unwrap_or_default();
+    let origin = Origin::parse(text)
+        .map_err(|Malformed(why)| GatewayError::BadHeader(format!("invalid Origin: {why}")))?;
     let allowed = &tenant.config.allowed_origins;
-    let same_origin = {
-        let scheme = if tls { "https://" } else { "http://" };
-        origin.strip_prefix(scheme) == Some(host)
-    };
-    let ok = same_origin
-        || allowed.contains(&origin)
-        || (allowed.is_empty()
-            && gateway.listens_on_loopback()
-            && ["http://", "https://"].iter().any(|s| {
-                origin
-                    .strip_prefix(s)
-                    .is_some_and(|rest| LOOPBACK_HOSTS.contains(&hostname(rest)))
-            }));
+    let ok = origin.is(tls, host)
+        || allowed.iter().any(|entry| origin.allowed_by(entry))
+        || (allowed.is_empty() && gateway.listens_on_loopback() && origin.is_loopback());
     if ok {
         return Ok(());
     }
-    tracing::warn!(tenant = %tenant.name, origin = %origin.chars().take(100).collect::<String>(), "request refused: Origin not allowed");
-    Err(GatewayError::OriginNotAllowed {
-        origin: origin.chars().take(100).collect(),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hostnames() {
-        assert_eq!(hostname("localhost:8080"), "localhost");
-        assert_eq!(hostname("127.0.0.1"), "127.0.0.1");
-        assert_eq!(hostname("[::1]:9"), "[::1]");
-        assert_eq!(hostname("[::1]"), "[::1]");
-        assert_eq!(hostname("evil.example.com"), "evil.example.com");
-    }
+    let shown: String = text
+        .chars()
+        .take(SHOWN)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    tracing::warn!(tenant = %tenant.name, origin = %shown, "request refused: Origin not allowed");
+    Err(GatewayError::OriginNotAllowed { origin: shown })
 }

@@ -2,6 +2,7 @@
 //! protected tenant, and the tenant MCP endpoints behind the security front (`guard`): the
 //! Streamable HTTP endpoint and, below it, the 2024-11-05 HTTP+SSE paths (`legacy_sse`).
 
+mod authority;
 mod batch;
 pub mod endpoint;
 pub mod guard;
@@ -89,7 +90,7 @@ async fn dispatch(State(gateway): State<Arc<Gateway>>, req: Request) -> Response
     let path = req.uri().path();
     if let Some(tenant) = gateway.tenant_by_metadata_path(path) {
         let (parts, _) = req.into_parts();
-        return protected_resource_metadata(&tenant, &parts);
+        return protected_resource_metadata(&gateway, &tenant, &parts);
     }
     let (tenant, legacy) = match gateway.tenant_by_path(path) {
         Some(tenant) => (tenant, None),
@@ -117,14 +118,20 @@ async fn dispatch(State(gateway): State<Arc<Gateway>>, req: Request) -> Response
     }
 }
 
-/// RFC 9728 metadata of a tenant with `auth` (404 for tenants without).
-fn protected_resource_metadata(tenant: &Tenant, parts: &Parts) -> Response<Body> {
+/// RFC 9728 metadata of a tenant with `auth` (404 for tenants without), under the endpoint's
+/// Host rules: a Host the endpoint would refuse cannot have a resource named after it.
+fn protected_resource_metadata(
+    gateway: &Gateway,
+    tenant: &Tenant,
+    parts: &Parts,
+) -> Response<Body> {
     let Some(auth) = &tenant.authenticator else {
         return not_found("this endpoint is not a protected resource\n");
     };
-    let host = guard::request_host(parts)
-        .unwrap_or_default()
-        .to_ascii_lowercase();
+    let host = match guard::check_host(gateway, tenant, parts) {
+        Ok(host) => host,
+        Err(e) => return e.into_response(None),
+    };
     let resource = guard::resource_identity(tenant, parts, &host);
     let body = crate::auth::metadata_document(&resource, auth.config(), &tenant.config.server.name);
     let mut resp = Response::new(Body::from(body));

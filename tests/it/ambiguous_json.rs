@@ -246,6 +246,7 @@ fn protected(
         clock_skew: Duration::ZERO,
         required_scopes: vec!["mcp".into()],
         scopes_supported: vec!["mcp".into()],
+        token_type: switchyard::config::TokenType::Any,
     });
     t.tool_policies = policies;
     t

@@ -39,6 +39,7 @@ fn auth(issuer: &str) -> AuthConfig {
         clock_skew: Duration::ZERO,
         required_scopes: vec!["mcp".into()],
         scopes_supported: vec!["mcp".into(), "files:write".into(), "admin".into()],
+        token_type: switchyard::config::TokenType::Any,
     }
 }
 

@@ -264,6 +264,7 @@ async fn sessions_belong_to_their_user() {
         clock_skew: Duration::ZERO,
         required_scopes: vec!["mcp".into()],
         scopes_supported: vec!["mcp".into()],
+        token_type: switchyard::config::TokenType::Any,
     });
     let gw = TestGateway::start(config(vec![t])).await;
     let url = gw.url("acme");

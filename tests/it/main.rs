@@ -6,6 +6,8 @@ mod support;
 mod aggregation;
 mod ambiguous_json;
 mod auth;
+mod auth_keys;
+mod auth_tokens;
 mod batch;
 mod catalog;
 mod chart;

@@ -105,6 +105,46 @@ async fn check_validates_and_lists_every_error() {
     );
 }
 
+/// A tenant with `auth` on a listener other hosts reach must name its audience and hosts;
+/// `check` says so at the `auth` mapping, and accepts the config once both are named.
+#[tokio::test]
+async fn check_refuses_auth_on_an_exposed_listener_without_resource_and_hosts() {
+    let dir = TempDir::new("check-exposed");
+    let path = dir.path("exposed.yaml");
+    let config = |named: &str| {
+        format!(
+            "listen: 0.0.0.0:8080\n\
+             tenants:\n\
+             \x20 - name: acme\n{named}\
+             \x20   auth: {{issuer: \"https://idp.example\"}}\n\
+             \x20   upstreams: [{{name: web, http: {{url: \"https://search.internal/mcp\"}}}}]\n"
+        )
+    };
+    std::fs::write(&path, config("")).expect("write config");
+    let (code, stdout, stderr) = run_check(&path, &[]).await;
+    assert_eq!(code, 1, "stdout: {stdout} stderr: {stderr}");
+    let expected = format!(
+        "{}:4:11: tenants[0].auth: a tenant with `auth` on a listener that is not loopback (0.0.0.0:8080) must set `resource`",
+        path.display()
+    );
+    assert!(
+        stderr.contains(&expected),
+        "missing {expected:?} in:\n{stderr}"
+    );
+    assert!(stderr.contains("and `allowed_hosts`"), "{stderr}");
+
+    std::fs::write(
+        &path,
+        config(
+            "\x20   resource: https://mcp.example.com/t/acme/mcp\n\
+             \x20   allowed_hosts: [mcp.example.com]\n",
+        ),
+    )
+    .expect("write config");
+    let (code, stdout, stderr) = run_check(&path, &[]).await;
+    assert_eq!(code, 0, "stdout: {stdout} stderr: {stderr}");
+}
+
 #[tokio::test]
 async fn sigterm_stops_every_child_and_logs_their_stderr() {
     let dir = TempDir::new("sigterm");

@@ -6,6 +6,8 @@
 pub mod client;
 pub mod config;
 pub mod gateway;
+pub mod jws;
+pub mod key_server;
 pub mod legacy;
 pub mod oidc;
 pub mod otlp;

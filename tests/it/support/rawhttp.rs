@@ -16,10 +16,22 @@ pub async fn exchange(url: &str, method: &str, headers: &[(&str, &str)], body: &
     let (authority, path) = rest
         .split_once('/')
         .map_or((rest, "/".to_string()), |(a, p)| (a, format!("/{p}")));
+    exchange_target(authority, &path, method, headers, body).await
+}
+
+/// Like [`exchange`], to the server at `authority` with exactly this request target (e.g. an
+/// absolute-form `http://host/path`).
+pub async fn exchange_target(
+    authority: &str,
+    target: &str,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Reply {
     let mut stream = TcpStream::connect(authority)
         .await
         .expect("connect to the gateway");
-    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    let mut req = format!("{method} {target} HTTP/1.1\r\nConnection: close\r\n");
     if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
         req.push_str(&format!("Host: {authority}\r\n"));
     }

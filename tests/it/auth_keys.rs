@@ -1,0 +1,333 @@
+//! The issuer's keys when the identity provider is slow, hanging, down or hostile, against a
+//! key server the test controls on 127.0.0.1 (`support::key_server`) and tokens it signs
+//! (`support::jws`): one fetch serves every waiter, cached keys never wait, stale keys are
+//! served while they are refreshed, and a key set that cannot be loaded is a 503 with
+//! `Retry-After` every time, never a 401 that would make clients throw a good token away.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::support::config::{config, demo_stdio, tenant, upstream};
+use crate::support::gateway::TestGateway;
+use crate::support::jws::{TestKey, jwks};
+use crate::support::key_server::{KeyServer, Mode};
+use switchyard::config::{AuthConfig, JwtAlgorithm, TenantConfig, UpstreamTransport};
+
+/// The gateway's bound on one refresh of the keys (discovery and key set together).
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// A little more than the gateway's minimum time between two refreshes.
+const PAST_RATE_LIMIT: Duration = Duration::from_millis(5500);
+
+fn protected(issuer: &str, jwks_url: Option<String>) -> TenantConfig {
+    let mut t = tenant(
+        "acme",
+        vec![upstream("demo", UpstreamTransport::Stdio(demo_stdio(None)))],
+    );
+    t.auth = Some(AuthConfig {
+        issuer: issuer.into(),
+        jwks_url,
+        audiences: vec![],
+        algorithms: vec![JwtAlgorithm::ES256],
+        clock_skew: Duration::ZERO,
+        required_scopes: vec!["mcp".into()],
+        scopes_supported: vec![],
+        token_type: switchyard::config::TokenType::Any,
+    });
+    t
+}
+
+/// What an `initialize` with a bearer token got, and how long it took.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    www_authenticate: Option<String>,
+    retry_after: Option<String>,
+    took: Duration,
+}
+
+async fn initialize(url: &str, token: &str) -> Answer {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .no_proxy()
+        .build()
+        .expect("client");
+    let start = Instant::now();
+    let resp = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {token}"))
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("the gateway answers");
+    let header = |name: &str| {
+        resp.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    Answer {
+        status: resp.status().as_u16(),
+        www_authenticate: header("www-authenticate"),
+        retry_after: header("retry-after"),
+        took: start.elapsed(),
+    }
+}
+
+fn assert_unavailable(a: &Answer, what: &str) {
+    assert_eq!(a.status, 503, "{what}: {a:?}");
+    assert!(a.retry_after.is_some(), "{what}: 503 without Retry-After");
+}
+
+fn assert_unknown_key(a: &Answer, what: &str) {
+    assert_eq!(a.status, 401, "{what}: {a:?}");
+    let challenge = a.www_authenticate.as_deref().unwrap_or_default();
+    assert!(
+        challenge.contains("error_description=\"the token was signed with an unknown key\""),
+        "{what}: {challenge}"
+    );
+}
+
+/// Four tokens whose keys are not cached yet, all sent while the key set is being fetched.
+async fn four_at_once(url: &str, tokens: &[String]) -> Vec<Answer> {
+    let requests = tokens.iter().map(|t| initialize(url, t));
+    futures_util::future::join_all(requests).await
+}
+
+#[tokio::test]
+async fn unknown_keys_during_a_slow_key_set_share_one_fetch() {
+    let (k1, k2) = (TestKey::generate("k1"), TestKey::generate("k2"));
+    let server = KeyServer::start(jwks(&[&k1, &k2])).await;
+    // Slower than the minimum time between refreshes: a waiter that fetched again on its own
+    // would make this observable as more fetches and a later answer.
+    server.keys_mode(Mode::Delay(Duration::from_secs(6)), None);
+    let gw = TestGateway::start(config(vec![protected(
+        server.issuer(),
+        Some(server.jwks_url()),
+    )]))
+    .await;
+    let url = gw.url("acme");
+    let tokens: Vec<String> = [&k1, &k2, &k1, &k2]
+        .iter()
+        .map(|k| k.token(server.issuer(), &url, json!({})))
+        .collect();
+    let answers = four_at_once(&url, &tokens).await;
+    let took: Vec<u128> = answers.iter().map(|a| a.took.as_millis()).collect();
+    for a in &answers {
+        assert_eq!(a.status, 200, "{a:?} (all took {took:?} ms)");
+        assert!(a.took < FETCH_TIMEOUT, "all took {took:?} ms");
+    }
+    assert_eq!(server.keys().requests(), 1, "one fetch for every waiter");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_hanging_key_set_answers_every_waiter_with_503_within_one_timeout() {
+    let k1 = TestKey::generate("k1");
+    let server = KeyServer::start(jwks(&[&k1])).await;
+    server.keys_mode(Mode::Hang, None);
+    let gw = TestGateway::start(config(vec![protected(
+        server.issuer(),
+        Some(server.jwks_url()),
+    )]))
+    .await;
+    let url = gw.url("acme");
+    let tokens: Vec<String> = (0..4)
+        .map(|i| TestKey::generate(&format!("x{i}")).token(server.issuer(), &url, json!({})))
+        .collect();
+    let answers = four_at_once(&url, &tokens).await;
+    let took: Vec<u128> = answers.iter().map(|a| a.took.as_millis()).collect();
+    for a in &answers {
+        assert_unavailable(a, &format!("all took {took:?} ms"));
+        assert!(
+            a.took < FETCH_TIMEOUT + Duration::from_secs(3),
+            "all took {took:?} ms"
+        );
+    }
+    assert_eq!(server.keys().requests(), 1, "one fetch for every waiter");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn cached_keys_do_not_wait_for_a_hanging_refresh() {
+    let (k1, k2) = (TestKey::generate("k1"), TestKey::generate("k2"));
+    let server = KeyServer::start(jwks(&[&k1])).await;
+    let gw = TestGateway::start(config(vec![protected(
+        server.issuer(),
+        Some(server.jwks_url()),
+    )]))
+    .await;
+    let url = gw.url("acme");
+    let (good, unknown) = (
+        k1.token(server.issuer(), &url, json!({})),
+        k2.token(server.issuer(), &url, json!({})),
+    );
+    assert_eq!(initialize(&url, &good).await.status, 200);
+    // Just loaded: a key that is not in the set is unknown, without asking again.
+    assert_unknown_key(&initialize(&url, &unknown).await, "right after a load");
+    assert_eq!(server.keys().requests(), 1);
+
+    server.keys_mode(Mode::Hang, None);
+    tokio::time::sleep(PAST_RATE_LIMIT).await;
+    let waiting = tokio::spawn({
+        let (url, unknown) = (url.clone(), unknown.clone());
+        async move { initialize(&url, &unknown).await }
+    });
+    let refreshing =
+        crate::support::eventually(Duration::from_secs(5), || server.keys().requests() == 2).await;
+    assert!(refreshing, "the unknown key started a refresh");
+    let cached = initialize(&url, &good).await;
+    assert_eq!(cached.status, 200, "{cached:?}");
+    assert!(
+        !waiting.is_finished(),
+        "the cached key was answered while the refresh still hangs"
+    );
+    let waited = waiting.await.expect("request task");
+    assert_unavailable(&waited, "the refresh timed out");
+    assert!(
+        waited.took < FETCH_TIMEOUT + Duration::from_secs(3),
+        "{waited:?}"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn while_the_key_set_is_down_unknown_keys_get_503_every_time_then_recover() {
+    let (k1, k2) = (TestKey::generate("k1"), TestKey::generate("k2"));
+    let server = KeyServer::start(jwks(&[&k1])).await;
+    let gw = TestGateway::start(config(vec![protected(
+        server.issuer(),
+        Some(server.jwks_url()),
+    )]))
+    .await;
+    let url = gw.url("acme");
+    let (good, rotated) = (
+        k1.token(server.issuer(), &url, json!({})),
+        k2.token(server.issuer(), &url, json!({})),
+    );
+    assert_eq!(initialize(&url, &good).await.status, 200);
+
+    server.keys_mode(Mode::Fail(500), None);
+    tokio::time::sleep(PAST_RATE_LIMIT).await;
+    assert_unavailable(&initialize(&url, &rotated).await, "the refresh failed");
+    assert_eq!(server.keys().requests(), 2);
+    // Within the rate limit the failure is remembered: 503 again, without another fetch.
+    for i in 0..3 {
+        assert_unavailable(&initialize(&url, &rotated).await, &format!("again {i}"));
+    }
+    assert_eq!(
+        server.keys().requests(),
+        2,
+        "no fetch within the rate limit"
+    );
+    // The keys already loaded keep working.
+    assert_eq!(initialize(&url, &good).await.status, 200);
+    tokio::time::sleep(PAST_RATE_LIMIT).await;
+    assert_unavailable(&initialize(&url, &rotated).await, "still down");
+    assert_eq!(server.keys().requests(), 3);
+
+    // The provider is back with the new key.
+    server.publish(jwks(&[&k1, &k2]));
+    server.keys_mode(Mode::Serve, None);
+    tokio::time::sleep(PAST_RATE_LIMIT).await;
+    assert_eq!(initialize(&url, &rotated).await.status, 200, "recovered");
+    assert_eq!(server.keys().requests(), 4);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn stale_keys_are_served_while_they_are_refreshed() {
+    let (k1, k2) = (TestKey::generate("k1"), TestKey::generate("k2"));
+    let server = KeyServer::start(jwks(&[&k1])).await;
+    // The provider says its keys may be cached for one second.
+    server.keys_mode(Mode::Serve, Some("public, max-age=1"));
+    let gw = TestGateway::start(config(vec![protected(
+        server.issuer(),
+        Some(server.jwks_url()),
+    )]))
+    .await;
+    let url = gw.url("acme");
+    let good = k1.token(server.issuer(), &url, json!({}));
+    assert_eq!(initialize(&url, &good).await.status, 200);
+    assert_eq!(server.keys().requests(), 1);
+
+    tokio::time::sleep(PAST_RATE_LIMIT).await;
+    server.publish(jwks(&[&k1, &k2]));
+    server.keys_mode(Mode::Delay(Duration::from_secs(3)), Some("max-age=600"));
+    let stale = initialize(&url, &good).await;
+    assert_eq!(stale.status, 200, "{stale:?}");
+    assert_eq!(
+        server.keys().answered(),
+        1,
+        "the stale key was served without waiting for the refresh"
+    );
+    let refreshed =
+        crate::support::eventually(Duration::from_secs(8), || server.keys().answered() == 2).await;
+    assert!(
+        refreshed,
+        "stale keys start a refresh in the background ({} fetches)",
+        server.keys().requests()
+    );
+    // The refreshed set is in use: the new key is known without another fetch.
+    let rotated = k2.token(server.issuer(), &url, json!({}));
+    let mut status = 0;
+    for _ in 0..20 {
+        status = initialize(&url, &rotated).await.status;
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, 200);
+    assert_eq!(server.keys().requests(), 2);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn discovery_is_shared_by_waiters_too() {
+    let k1 = TestKey::generate("k1");
+    let server = KeyServer::start(jwks(&[&k1])).await;
+    server.metadata_mode(Mode::Delay(Duration::from_secs(6)));
+    let gw = TestGateway::start(config(vec![protected(server.issuer(), None)])).await;
+    let url = gw.url("acme");
+    let tokens: Vec<String> = (0..4)
+        .map(|_| k1.token(server.issuer(), &url, json!({})))
+        .collect();
+    let answers = four_at_once(&url, &tokens).await;
+    let took: Vec<u128> = answers.iter().map(|a| a.took.as_millis()).collect();
+    for a in &answers {
+        assert_eq!(a.status, 200, "{a:?} (all took {took:?} ms)");
+    }
+    assert_eq!(server.metadata().requests(), 1, "one discovery");
+    assert_eq!(server.keys().requests(), 1, "one key-set fetch");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn oversized_key_sets_and_metadata_are_refused() {
+    let k1 = TestKey::generate("k1");
+    let server = KeyServer::start(jwks(&[&k1])).await;
+    server.keys_mode(Mode::Oversized(2 << 20), None);
+    let gw = TestGateway::start(config(vec![protected(
+        server.issuer(),
+        Some(server.jwks_url()),
+    )]))
+    .await;
+    let url = gw.url("acme");
+    let token = k1.token(server.issuer(), &url, json!({}));
+    assert_unavailable(&initialize(&url, &token).await, "a 2 MiB key set");
+
+    let discovered = KeyServer::start(jwks(&[&k1])).await;
+    discovered.metadata_mode(Mode::Oversized(2 << 20));
+    let gw2 = TestGateway::start(config(vec![protected(discovered.issuer(), None)])).await;
+    let url2 = gw2.url("acme");
+    let token = k1.token(discovered.issuer(), &url2, json!({}));
+    assert_unavailable(&initialize(&url2, &token).await, "2 MiB of metadata");
+    assert_eq!(discovered.keys().requests(), 0);
+    gw.stop().await;
+    gw2.stop().await;
+}
