@@ -209,12 +209,15 @@ fn check(path: &Path) -> ExitCode {
     for warning in &config.warnings {
         println!("warning: {warning}");
     }
+    let warnings = match config.warnings.len() {
+        0 => String::new(),
+        n => format!(", {n} warning(s)"),
+    };
     println!(
-        "{}: ok ({} tenant(s), {} upstream(s), {} warning(s))",
+        "{}: ok ({} tenant(s), {} upstream(s){warnings})",
         path.display(),
         config.tenants.len(),
         upstreams,
-        config.warnings.len()
     );
     ExitCode::SUCCESS
 }

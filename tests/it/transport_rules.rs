@@ -94,6 +94,12 @@ async fn post_header_rules() {
             &json_headers,
         )
         .await;
+    // An invalid request whose id could be read is answered with that id.
+    assert_eq!((r.status, r.error_code()), (400, Some(-32600)), "{r:?}");
+    assert_eq!(r.last()["id"], 1, "{r:?}");
+    let r = c
+        .post_raw("{\"jsonrpc\":\"1.0\",\"method\":\"ping\"}", &json_headers)
+        .await;
     assert_transport_error(&r, 400, -32600, "jsonrpc");
     let big = format!(
         "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{{\"pad\":\"{}\"}}}}",
