@@ -3,6 +3,7 @@
 //! Streamable HTTP endpoint and, below it, the 2024-11-05 HTTP+SSE paths (`legacy_sse`).
 
 mod batch;
+pub mod body;
 pub mod endpoint;
 pub mod guard;
 pub mod headers;
@@ -55,6 +56,9 @@ pub fn admin_router(gateway: Arc<Gateway>) -> Router {
 
 async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response<Body> {
     gateway.refresh_gauges();
+    crate::metrics::get()
+        .body_bytes_buffered
+        .set(i64::try_from(gateway.bodies.buffered()).unwrap_or(i64::MAX));
     let mut resp = Response::new(Body::from(crate::metrics::get().render()));
     resp.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,
