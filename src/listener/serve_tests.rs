@@ -17,8 +17,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::tests::{Dir, leaf_and_ca};
-use super::{ConnInfo, ServerTls, serve};
-use crate::config::TlsConfig;
+use super::{ConnInfo, ListenerLimits, ServerTls, serve};
+use crate::config::{ConnectionLimits, TlsConfig};
 
 fn router() -> Router {
     Router::new()
@@ -77,6 +77,7 @@ impl Server {
             listener,
             router(),
             server_tls.as_ref().map(ServerTls::acceptor),
+            ListenerLimits::mcp(&ConnectionLimits::default(), 1000),
             async move {
                 let _ = rx.await;
             },
