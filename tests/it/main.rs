@@ -10,6 +10,8 @@ mod catalog;
 mod chart;
 mod cluster;
 mod conformance;
+mod hostile_bodies;
+mod hostile_connections;
 mod legacy_sse;
 mod metrics;
 mod oidc_harness;

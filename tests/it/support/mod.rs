@@ -6,6 +6,7 @@
 pub mod client;
 pub mod config;
 pub mod gateway;
+pub mod h2raw;
 pub mod legacy;
 pub mod oidc;
 pub mod otlp;
@@ -13,6 +14,7 @@ pub mod peers;
 pub mod process;
 pub mod rawhttp;
 pub mod redis;
+pub mod wire;
 
 use std::time::Duration;
 
