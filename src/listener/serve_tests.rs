@@ -11,7 +11,7 @@ use axum::Router;
 use axum::extract::{ConnectInfo, Extension};
 use axum::http::Version;
 use axum::routing::get;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -53,6 +53,10 @@ struct Server {
 
 impl Server {
     async fn start(tls: bool) -> Server {
+        Server::start_with(tls, ListenerLimits::mcp(&ConnectionLimits::default(), 1000)).await
+    }
+
+    async fn start_with(tls: bool, limits: ListenerLimits) -> Server {
         crate::app::install_crypto_provider();
         let (server_tls, dir, ca) = if tls {
             let dir = Dir::new("serve");
@@ -77,7 +81,7 @@ impl Server {
             listener,
             router(),
             server_tls.as_ref().map(ServerTls::acceptor),
-            ListenerLimits::mcp(&ConnectionLimits::default(), 1000),
+            limits,
             async move {
                 let _ = rx.await;
             },
@@ -188,6 +192,35 @@ async fn a_connection_stuck_in_the_handshake_does_not_hold_shutdown_up() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     let took = server.stop().await;
     assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+#[tokio::test]
+async fn a_tls_connection_over_the_cap_is_closed_without_an_answer() {
+    let limits = ListenerLimits {
+        max_connections_per_client: 1,
+        ..ListenerLimits::mcp(&ConnectionLimits::default(), 10)
+    };
+    let server = Server::start_with(true, limits).await;
+    let client = server.client(true, false);
+    assert_eq!(
+        server.get(&client, "/info").await,
+        "true 127.0.0.1 HTTP/1.1"
+    );
+    // The client's pooled connection holds the one slot: another connection is closed before
+    // any handshake byte is answered.
+    let mut second = TcpStream::connect(server.addr).await.unwrap();
+    let _ = second.write_all(b"\x16\x03\x01\x00\x05hello").await;
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(5), second.read(&mut buf))
+        .await
+        .expect("closed at once");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    // The served client carries on.
+    assert_eq!(
+        server.get(&client, "/info").await,
+        "true 127.0.0.1 HTTP/1.1"
+    );
+    server.stop().await;
 }
 
 #[tokio::test]

@@ -378,6 +378,37 @@ async fn one_client_over_its_own_cap_gets_429_and_its_slot_back_when_a_connectio
 }
 
 #[tokio::test]
+async fn the_admin_listener_has_its_own_small_cap() {
+    let (gw, admin) = start(|_| {}).await;
+    let cap = switchyard::listener::ADMIN_MAX_CONNECTIONS;
+    let mut held = Vec::new();
+    for _ in 0..cap {
+        held.push(connect(admin).await);
+    }
+    let mut over = connect(admin).await;
+    let refused = read_response(&mut over, Duration::from_secs(5))
+        .await
+        .expect("a refusal");
+    assert_eq!(refused.status, 503, "{refused:?}");
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    // The MCP listener is not affected, and the admin one serves again once one leaves.
+    assert_eq!(status(gw.addr, "/healthz").await, Some(200));
+    drop(held.pop());
+    let back = {
+        let mut back = false;
+        for _ in 0..50 {
+            if status(admin, "/healthz").await == Some(200) {
+                back = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        back
+    };
+    assert!(back, "the admin listener did not serve again");
+}
+
+#[tokio::test]
 async fn http2_streams_beyond_the_limit_and_oversized_header_lists_are_refused() {
     let (gw, _admin) = start(|c| {
         c.http2_max_concurrent_streams = 4;
