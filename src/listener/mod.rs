@@ -54,6 +54,8 @@ use crate::config::ConnectionLimits;
 /// `/healthz` and `/readyz` answer while the MCP listener is full. Counted in the descriptor
 /// reserve (`fds::BASE_RESERVE`).
 pub const ADMIN_MAX_CONNECTIONS: usize = 32;
+/// At most one log line per this period says connections are being refused.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 /// hyper's own HTTP/1.1 header count; any other value makes hyper allocate the header array
 /// per request, so it is only passed on when it differs.
 const HYPER_MAX_HEADERS: usize = 100;
@@ -112,7 +114,6 @@ impl ListenerLimits {
 }
 
 /// The connection metrics of one listener, looked up once.
-#[derive(Clone)]
 struct Counters {
     refused_full: IntCounter,
     refused_per_client: IntCounter,
@@ -214,7 +215,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let builders = Arc::new(Builders::new(&limits));
-    let counters = Counters::new(limits.name);
+    let counters = Arc::new(Counters::new(limits.name));
     let admission = Admission::new(
         limits.max_connections,
         limits.max_connections_per_client,
@@ -230,6 +231,8 @@ pub async fn serve(
     // Owns every connection task: dropping it (drain deadline) aborts them.
     let mut connections = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
+    // Refusals are counted in the metrics; the log says so at most every REFUSAL_LOG_EVERY.
+    let mut refusals_logged: Option<Instant> = None;
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -238,7 +241,15 @@ pub async fn serve(
                         Ok(ticket) => ticket,
                         Err(why) => {
                             counters.refused(why);
-                            tracing::debug!(%remote, reason = why.label(), "connection refused");
+                            if refusals_logged.is_none_or(|at| at.elapsed() >= REFUSAL_LOG_EVERY) {
+                                refusals_logged = Some(Instant::now());
+                                tracing::warn!(
+                                    listener = limits.name,
+                                    %remote,
+                                    reason = why.label(),
+                                    "refusing connections (switchyard_connections_refused_total counts them)"
+                                );
+                            }
                             refuser.refuse(tcp, why, tls.is_some());
                             continue;
                         }
@@ -301,7 +312,7 @@ struct Connection {
     router: Router,
     builders: Arc<Builders>,
     limits: Arc<ListenerLimits>,
-    counters: Counters,
+    counters: Arc<Counters>,
     watcher: Watcher,
     stop: watch::Receiver<()>,
     remote: SocketAddr,
