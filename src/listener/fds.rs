@@ -185,6 +185,21 @@ mod tests {
     }
 
     #[test]
+    fn check_warns_about_a_cap_this_host_cannot_serve_and_only_then() {
+        let limit = attainable().unwrap().soft;
+        let too_many = usize::try_from(limit).unwrap();
+        let warning = check(Some(too_many), &[]).unwrap();
+        assert!(
+            warning.starts_with(
+                "on this host, `run` would refuse to start: limits.max_connections is"
+            ),
+            "{warning}"
+        );
+        assert_eq!(check(Some(16), &[]), None);
+        assert_eq!(check(None, &[]), None, "a derived cap always fits");
+    }
+
+    #[test]
     fn raising_reaches_the_hard_limit_and_is_what_check_expects() {
         let raised = raise();
         assert_eq!(raised.soft, target(raised.hard).max(raised.soft));
