@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 use crate::config::{Config, TlsConfig};
 use crate::gateway::Gateway;
 use crate::http;
-use crate::listener::ServerTls;
+use crate::listener::{ListenerLimits, ServerTls, fds};
 
 /// How long open connections may take to finish after shutdown begins.
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
@@ -39,6 +39,13 @@ pub async fn serve(
     tls: Option<TlsConfig>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
+    let limits = match connection_limits(&gateway) {
+        Ok(l) => l,
+        Err(e) => {
+            gateway.shutdown().await;
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, e));
+        }
+    };
     let tls = match tls.as_ref().map(ServerTls::start).transpose() {
         Ok(t) => t,
         Err(e) => {
@@ -59,6 +66,7 @@ pub async fn serve(
         listener,
         http::router(gateway.clone()),
         tls.as_ref().map(ServerTls::acceptor),
+        limits,
         async move {
             shutdown.await;
             tracing::info!("shutting down: no new connections");
@@ -108,11 +116,36 @@ pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>) -> io::Re
         tracing::info!(url = %format!("http://{addr}/metrics"), "admin listener ready");
     }
     let mut stopping = gateway.shutdown_signal();
-    axum::serve(listener, http::admin_router(gateway))
-        .with_graceful_shutdown(async move {
+    let limits = ListenerLimits::admin(&gateway.limits.connections);
+    crate::listener::serve(
+        listener,
+        http::admin_router(gateway),
+        None,
+        limits,
+        async move {
             let _ = stopping.wait_for(|s| *s).await;
-        })
-        .await
+        },
+    )
+    .await
+}
+
+/// The MCP listener's limits: the descriptor limit raised, the connection cap configured (if
+/// the limit allows it, else an error naming the figures) or derived from it (`fds`).
+fn connection_limits(gateway: &Gateway) -> Result<ListenerLimits, String> {
+    let configured = &gateway.limits.connections;
+    let fd_limit = fds::raise();
+    let tenants = gateway.tenants();
+    let reserve = fds::reserve(tenants.iter().map(|t| &t.config));
+    let max_connections = fds::connection_cap(configured.max_connections, fd_limit.soft, reserve)?;
+    tracing::info!(
+        max_connections,
+        derived = configured.max_connections.is_none(),
+        per_client = configured.max_connections_per_client,
+        fd_limit = fd_limit.soft,
+        fd_reserve = reserve,
+        "connection limits"
+    );
+    Ok(ListenerLimits::mcp(configured, max_connections))
 }
 
 async fn reap_idle_sessions(gateway: Arc<Gateway>) {

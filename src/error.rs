@@ -22,6 +22,16 @@ pub enum GatewayError {
     UnsupportedMediaType,
     #[error("Payload Too Large: the request body exceeds {limit} bytes")]
     BodyTooLarge { limit: usize },
+    /// The body did not arrive within `limits.body_read_timeout` (or, after it, at
+    /// `limits.min_body_rate`); the connection is closed.
+    #[error("Request Timeout: the request body did not arrive in time")]
+    BodyTimeout,
+    /// Request bodies being held by the process already fill `limits.max_buffered_bodies`.
+    #[error("Service Unavailable: too many request bodies are being received; retry shortly")]
+    BodyBudgetExhausted,
+    /// The client's connection failed or the body was malformed before it was complete.
+    #[error("Bad Request: the request body could not be read")]
+    BodyUnreadable,
     #[error("Parse error: {0}")]
     Parse(String),
     #[error("Invalid Request: {0}")]
@@ -143,6 +153,9 @@ impl GatewayError {
             NotAcceptable { .. } => "not_acceptable",
             UnsupportedMediaType => "unsupported_media_type",
             BodyTooLarge { .. } => "body_too_large",
+            BodyTimeout => "body_timeout",
+            BodyBudgetExhausted => "body_budget",
+            BodyUnreadable => "body_unreadable",
             Parse(_) => "parse_error",
             InvalidRequest(_) => "invalid_request",
             BatchNotSupported => "batch_not_supported",
@@ -187,7 +200,10 @@ impl GatewayError {
             NotAcceptable { .. } => StatusCode::NOT_ACCEPTABLE,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            BodyBudgetExhausted => StatusCode::SERVICE_UNAVAILABLE,
             Parse(_)
+            | BodyUnreadable
             | InvalidRequest(_)
             | BatchNotSupported
             | UnsupportedProtocolVersion { .. }
@@ -237,6 +253,8 @@ impl GatewayError {
             NotAcceptable { .. }
             | UnsupportedMediaType
             | BodyTooLarge { .. }
+            | BodyTimeout
+            | BodyUnreadable
             | InvalidRequest(_)
             | BatchNotSupported
             | BadHeader(_)
@@ -246,7 +264,7 @@ impl GatewayError {
             | MethodNotAllowed { .. }
             | NotInitialized
             | AlreadyInitialized => code::INVALID_REQUEST,
-            ShuttingDown | StoreUnavailable => code::CONNECTION_CLOSED,
+            ShuttingDown | StoreUnavailable | BodyBudgetExhausted => code::CONNECTION_CLOSED,
             OriginNotAllowed { .. }
             | HostNotAllowed { .. }
             | Unauthorized { .. }
@@ -327,6 +345,15 @@ impl GatewayError {
             GatewayError::AuthUnavailable | GatewayError::StoreUnavailable => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
             }
+            // Bodies in the budget finish or time out within seconds.
+            GatewayError::BodyBudgetExhausted => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            // The rest of the body is still on its way: the connection cannot carry another
+            // request (HTTP/2 drops the header; the stream is reset instead).
+            GatewayError::BodyTimeout => {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
             _ => {}
         }
         resp
@@ -350,6 +377,9 @@ mod tests {
             (GatewayError::SessionParamRequired, 400),
             (GatewayError::SessionNotOpened("x"), 400),
             (GatewayError::BadHost("x"), 400),
+            (GatewayError::BodyTimeout, 408),
+            (GatewayError::BodyBudgetExhausted, 503),
+            (GatewayError::BodyUnreadable, 400),
         ];
         for (err, status) in cases {
             assert_eq!(err.status().as_u16(), status, "{err}");
@@ -357,6 +387,14 @@ mod tests {
             assert_eq!(v["id"], Value::Null);
             assert_eq!(v["error"]["code"], err.code());
         }
+    }
+
+    #[test]
+    fn body_refusals_tell_the_client_when_to_retry_or_that_the_connection_ends() {
+        let busy = GatewayError::BodyBudgetExhausted.into_response(None);
+        assert_eq!(busy.headers()[header::RETRY_AFTER], "1");
+        let slow = GatewayError::BodyTimeout.into_response(None);
+        assert_eq!(slow.headers()[header::CONNECTION], "close");
     }
 
     #[test]

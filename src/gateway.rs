@@ -33,6 +33,8 @@ pub struct Gateway {
     pub bus: Arc<Bus>,
     pub session_ttl: Duration,
     pub limits: Limits,
+    /// Reads every client request body under `limits` and the process-wide body budget.
+    pub bodies: crate::http::body::BodyReader,
     /// Whether the listener is bound to a loopback address (stricter Host/Origin defaults).
     loopback: bool,
     shutdown: watch::Sender<bool>,
@@ -156,6 +158,7 @@ impl Gateway {
             bus: bus.clone(),
             session_ttl: config.sessions.ttl,
             limits: config.limits.clone(),
+            bodies: crate::http::body::BodyReader::new(&config.limits),
             loopback: config.listen.ip().to_canonical().is_loopback(),
             shutdown: watch::channel(false).0,
             bus_listener: Mutex::new(None),

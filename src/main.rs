@@ -206,8 +206,12 @@ fn check(path: &Path) -> ExitCode {
         return ExitCode::FAILURE;
     };
     let upstreams: usize = config.tenants.iter().map(|t| t.upstreams.len()).sum();
+    let max_connections = config.limits.connections.max_connections;
+    if let Some(warning) = switchyard::listener::fds::check(max_connections, &config.tenants) {
+        eprint_lines(&format!("{}: warning: {warning}", path.display()));
+    }
     for warning in &config.warnings {
-        println!("warning: {warning}");
+        eprint_lines(&format!("warning: {warning}"));
     }
     let warnings = match config.warnings.len() {
         0 => String::new(),

@@ -49,6 +49,16 @@ pub struct Metrics {
     /// `switchyard_config_last_reload_successful`: 0 while the newest routing file was
     /// rejected (the replica runs an older one), else 1.
     pub config_last_reload_successful: IntGauge,
+    /// `switchyard_connections_open{listener}`: `mcp` or `admin`.
+    pub connections_open: IntGaugeVec,
+    /// `switchyard_connections_refused_total{listener, reason}`: `max_connections` (503) or
+    /// `max_connections_per_client` (429).
+    pub connections_refused: IntCounterVec,
+    /// `switchyard_connections_timed_out_total{listener, reason}`: `header_timeout` or
+    /// `idle_timeout`.
+    pub connections_timed_out: IntCounterVec,
+    /// `switchyard_request_body_bytes_buffered`: the body budget in use.
+    pub body_bytes_buffered: IntGauge,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -95,8 +105,34 @@ impl Metrics {
         config_last_reload_successful.set(1);
         r.register(Box::new(config_last_reload_successful.clone()))
             .expect("unique metric");
+        let body_bytes_buffered = IntGauge::new(
+            "switchyard_request_body_bytes_buffered",
+            "Bytes of client request bodies held in memory now (limits.max_buffered_bodies).",
+        )
+        .expect("valid metric");
+        r.register(Box::new(body_bytes_buffered.clone()))
+            .expect("unique metric");
         Metrics {
             config_last_reload_successful,
+            body_bytes_buffered,
+            connections_open: gauge(
+                &r,
+                "switchyard_connections_open",
+                "Client connections open, by listener (mcp, admin).",
+                &["listener"],
+            ),
+            connections_refused: counter(
+                &r,
+                "switchyard_connections_refused_total",
+                "Connections turned away at accept, by listener and the cap that refused them.",
+                &["listener", "reason"],
+            ),
+            connections_timed_out: counter(
+                &r,
+                "switchyard_connections_timed_out_total",
+                "Connections closed by the header or idle timeout, by listener.",
+                &["listener", "reason"],
+            ),
             requests: counter(
                 &r,
                 "switchyard_requests_total",

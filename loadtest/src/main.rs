@@ -13,7 +13,11 @@
 //!
 //! `sy-load streams --url U --count N [--pid P] [--hold S]` opens N sessions with their GET
 //! SSE streams at once, holds them, and reports memory per stream and streams lost.
+//!
+//! `sy-load slowloris|slow-bodies|flood --addr A ...` run the connection-level attacks of
+//! `attack.rs` (README, Limits) and report what the gateway did.
 
+mod attack;
 mod calls;
 mod streams;
 
@@ -82,6 +86,59 @@ enum Command {
         /// (repeatable), e.g. gateway=1234.
         #[arg(long = "cpu")]
         cpu: Vec<String>,
+    },
+    /// N connections that never finish a request head: when the gateway closes them.
+    Slowloris {
+        /// The gateway's MCP listener, e.g. 127.0.0.1:8080.
+        #[arg(long)]
+        addr: std::net::SocketAddr,
+        #[arg(long, default_value_t = 1_000)]
+        count: usize,
+        /// Seconds to wait for the gateway to close them.
+        #[arg(long, default_value_t = 30.0)]
+        hold: f64,
+        /// URLs probed (GET, status) while the connections are held.
+        #[arg(long = "probe")]
+        probes: Vec<String>,
+    },
+    /// N clients sending most of a large body, then stalling: answers, gateway memory.
+    SlowBodies {
+        #[arg(long)]
+        addr: std::net::SocketAddr,
+        #[arg(long, default_value = "/t/demo/mcp")]
+        path: String,
+        #[arg(long, default_value_t = 300)]
+        count: usize,
+        /// Announced Content-Length.
+        #[arg(long, default_value_t = 1_000_000)]
+        length: usize,
+        /// Bytes actually sent before stalling.
+        #[arg(long, default_value_t = 900_000)]
+        sent: usize,
+        /// Seconds to wait for an answer after the body stalls.
+        #[arg(long, default_value_t = 30.0)]
+        hold: f64,
+        /// The gateway's process id (for its resident memory).
+        #[arg(long)]
+        pid: Option<u32>,
+    },
+    /// N idle connections opened as fast as possible: refusals, probes, recovery.
+    Flood {
+        #[arg(long)]
+        addr: std::net::SocketAddr,
+        #[arg(long, default_value_t = 20_000)]
+        count: usize,
+        /// Seconds the connections are held after they were all opened.
+        #[arg(long, default_value_t = 5.0)]
+        hold: f64,
+        #[arg(long = "probe")]
+        probes: Vec<String>,
+        /// The gateway's admin `/metrics` URL: its connection metrics during the flood.
+        #[arg(long)]
+        metrics: Option<String>,
+        /// The gateway's process id (for its resident memory).
+        #[arg(long)]
+        pid: Option<u32>,
     },
     /// Open N idle sessions and measure memory per session.
     Sessions {
@@ -166,6 +223,29 @@ async fn main() -> std::process::ExitCode {
             redis,
             prefix,
         } => sessions(&url, count, concurrency, pid, redis.as_deref(), &prefix).await,
+        Command::Slowloris {
+            addr,
+            count,
+            hold,
+            probes,
+        } => attack::slowloris(addr, count, secs(hold), &probes).await,
+        Command::SlowBodies {
+            addr,
+            path,
+            count,
+            length,
+            sent,
+            hold,
+            pid,
+        } => attack::slow_bodies(addr, &path, count, length, sent, secs(hold), pid).await,
+        Command::Flood {
+            addr,
+            count,
+            hold,
+            probes,
+            metrics,
+            pid,
+        } => attack::flood(addr, count, secs(hold), &probes, metrics.as_deref(), pid).await,
     };
     match result {
         Ok(report) => {
@@ -177,6 +257,10 @@ async fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s.max(0.0))
 }
 
 /// `NAME=PID` pairs.

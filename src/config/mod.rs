@@ -9,6 +9,7 @@ use std::time::Duration;
 
 mod de;
 mod error;
+mod limits;
 mod loader;
 mod raw;
 mod raw_security;
@@ -22,16 +23,20 @@ mod units;
 mod validate;
 mod validate_auth;
 mod validate_http;
+mod validate_limits;
 mod validate_security;
 mod validate_upstream;
 mod yaml;
 
+#[cfg(test)]
+mod limits_tests;
 #[cfg(test)]
 mod security_tests;
 #[cfg(test)]
 mod tests;
 
 pub use error::{ConfigError, ConfigErrors};
+pub use limits::{BodyLimits, ConnectionLimits};
 pub use rules_security::glob;
 
 /// Reads and validates the config file at `path`, substituting `${VAR}` from the process
@@ -131,13 +136,17 @@ pub struct TlsConfig {
     pub reload_interval: Duration,
 }
 
-/// Size bounds applied to client and upstream input.
+/// Bounds on client and upstream input, and on client connections (`limits.rs`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
     /// Largest accepted client POST body (default 4 MiB). Larger → 413.
     pub max_body_bytes: usize,
     /// Largest single message accepted from an upstream (stdio line or SSE event, default 16 MiB).
     pub max_upstream_message_bytes: usize,
+    /// Request bodies: read deadline, minimum rate, process-wide budget.
+    pub bodies: BodyLimits,
+    /// Client connections: timeouts, caps, header and HTTP/2 bounds.
+    pub connections: ConnectionLimits,
 }
 
 /// Client session settings.

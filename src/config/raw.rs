@@ -39,6 +39,18 @@ pub struct RawTelemetry {
 pub struct RawLimits {
     pub max_body: Field<Size>,
     pub max_upstream_message: Field<Size>,
+    pub body_read_timeout: Field<Dur>,
+    /// Bytes per second.
+    pub min_body_rate: Field<Size>,
+    pub max_buffered_bodies: Field<Size>,
+    pub header_read_timeout: Field<Dur>,
+    pub idle_timeout: Field<Dur>,
+    pub max_connections: Field<u64>,
+    pub max_connections_per_client: Field<u64>,
+    pub max_header_bytes: Field<Size>,
+    pub max_headers: Field<u64>,
+    pub http2_max_concurrent_streams: Field<u64>,
+    pub http2_keep_alive_interval: Field<Dur>,
 }
 
 #[derive(Deserialize)]

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::error::ConfigError;
+use super::limits::{DEFAULT_MAX_BODY, DEFAULT_MAX_UPSTREAM_MESSAGE};
 use super::raw::{
     Dur, Field, RawConfig, RawFailurePolicy, RawLimits, RawPrefixMode, RawRedis, RawSessions,
     RawStore, RawTelemetry, RawTenant, Size,
@@ -21,8 +22,6 @@ use super::{
 };
 
 pub(super) const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
-const DEFAULT_MAX_BODY: u64 = 4 << 20;
-const DEFAULT_MAX_UPSTREAM_MESSAGE: u64 = 16 << 20;
 const MIN_SIZE: u64 = 1 << 10;
 const DEFAULT_TTL: Duration = Duration::from_secs(30 * 60);
 const DEFAULT_REDIS_PREFIX: &str = "sy";
@@ -265,13 +264,22 @@ fn limits(checker: &mut Checker<'_>, field: &Field<RawLimits>) -> Option<Limits>
         DEFAULT_MAX_UPSTREAM_MESSAGE,
         "max_upstream_message",
     );
+    let bodies = super::validate_limits::bodies(checker, raw, max_body);
+    let connections = super::validate_limits::connections(checker, raw);
     Some(Limits {
         max_body_bytes: max_body?,
         max_upstream_message_bytes: max_upstream?,
+        bodies: bodies?,
+        connections: connections?,
     })
 }
 
-fn size(checker: &mut Checker<'_>, field: &Field<Size>, default: u64, name: &str) -> Option<usize> {
+pub(super) fn size(
+    checker: &mut Checker<'_>,
+    field: &Field<Size>,
+    default: u64,
+    name: &str,
+) -> Option<usize> {
     let Some(sp) = field else {
         return usize::try_from(default).ok();
     };

@@ -159,10 +159,7 @@ async fn post(
 ) -> Result<Response<Body>, GatewayError> {
     headers::check_content_type(&parts.headers)?;
     headers::check_post_accept(&parts.headers)?;
-    let limit = gateway.limits.max_body_bytes;
-    let bytes = axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| GatewayError::BodyTooLarge { limit })?;
+    let bytes = gateway.bodies.read(body).await?;
     if jsonrpc::is_batch(&bytes) {
         *label = "batch";
         traced(span, None, parts);

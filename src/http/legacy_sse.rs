@@ -231,10 +231,7 @@ async fn post(
 ) -> Result<Response<Body>, GatewayError> {
     headers::check_content_type(&parts.headers)?;
     let presented = session_param(parts)?;
-    let limit = gateway.limits.max_body_bytes;
-    let bytes = axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| GatewayError::BodyTooLarge { limit })?;
+    let bytes = gateway.bodies.read(body).await?;
     let message = match jsonrpc::parse(&bytes) {
         Ok(m) => m,
         Err(e) => return Ok(refuse_unparsed(e)),

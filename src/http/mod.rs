@@ -4,6 +4,7 @@
 
 mod authority;
 mod batch;
+pub mod body;
 pub mod endpoint;
 pub mod guard;
 pub mod headers;
@@ -56,6 +57,9 @@ pub fn admin_router(gateway: Arc<Gateway>) -> Router {
 
 async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response<Body> {
     gateway.refresh_gauges();
+    crate::metrics::get()
+        .body_bytes_buffered
+        .set(i64::try_from(gateway.bodies.buffered()).unwrap_or(i64::MAX));
     let mut resp = Response::new(Body::from(crate::metrics::get().render()));
     resp.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,

@@ -1,17 +1,25 @@
 //! The accept loop: plain HTTP or TLS (`tls.rs`, certificates reloaded by `reload.rs`) in
-//! front of the axum router, HTTP/1.1 and HTTP/2 per connection, graceful shutdown.
+//! front of the axum router, HTTP/1.1 and HTTP/2 per connection, graceful shutdown, and the
+//! connection-level limits: the caps (`admission.rs`, refusals in `refuse.rs`, the default
+//! cap derived from the descriptor limit in `fds.rs`), the header, idle and HTTP/2 bounds
+//! given to hyper, and the timers hyper lacks (`watchdog.rs`).
 //!
 //! Every request carries a [`ConnInfo`] extension (and axum's `ConnectInfo<SocketAddr>`), so
 //! handlers know whether it came over TLS and from where.
 
+mod admission;
+pub mod fds;
+mod refuse;
 pub mod reload;
 pub mod tls;
+mod watchdog;
 
 #[cfg(test)]
 mod serve_tests;
 #[cfg(test)]
 mod tests;
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -23,19 +31,34 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::Request;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use prometheus::IntCounter;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 pub use tls::{CertError, ServerTls};
 
-/// How long a client may take to complete the TLS handshake after connecting.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+use admission::{Admission, Refusal, Ticket};
+use refuse::Refuser;
+use watchdog::{Activity, Expiry, Tracked};
+
+use crate::config::ConnectionLimits;
+
+/// Connections the admin listener serves at once (probes and scrapes): its own budget, so
+/// `/healthz` and `/readyz` answer while the MCP listener is full. Counted in the descriptor
+/// reserve (`fds::BASE_RESERVE`).
+pub const ADMIN_MAX_CONNECTIONS: usize = 32;
+/// At most one log line per this period says connections are being refused.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+/// hyper's own HTTP/1.1 header count; any other value makes hyper allocate the header array
+/// per request, so it is only passed on when it differs.
+const HYPER_MAX_HEADERS: usize = 100;
 
 /// The connection a request arrived on; an extension of every request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +67,92 @@ pub struct ConnInfo {
     pub tls: bool,
     /// The peer's address.
     pub remote: SocketAddr,
+}
+
+/// The connection limits of one listener, resolved (the cap known).
+#[derive(Debug, Clone)]
+pub struct ListenerLimits {
+    /// `listener` label of the connection metrics (`mcp`, `admin`).
+    pub name: &'static str,
+    pub max_connections: usize,
+    pub max_connections_per_client: usize,
+    /// From accept to the first request (TLS handshake included); HTTP/1.1: every head.
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    pub http2_max_concurrent_streams: u32,
+    pub http2_keep_alive_interval: Duration,
+}
+
+impl ListenerLimits {
+    /// The MCP listener's: `limits` as configured, with the cap resolved by `fds`.
+    pub fn mcp(limits: &ConnectionLimits, max_connections: usize) -> ListenerLimits {
+        ListenerLimits {
+            name: "mcp",
+            max_connections,
+            max_connections_per_client: limits.max_connections_per_client,
+            header_read_timeout: limits.header_read_timeout,
+            idle_timeout: limits.idle_timeout,
+            max_header_bytes: limits.max_header_bytes,
+            max_headers: limits.max_headers,
+            http2_max_concurrent_streams: limits.http2_max_concurrent_streams,
+            http2_keep_alive_interval: limits.http2_keep_alive_interval,
+        }
+    }
+
+    /// The admin listener's: the MCP listener's timeouts and header bounds, its own small cap
+    /// ([`ADMIN_MAX_CONNECTIONS`], not per client: probes come from few addresses).
+    pub fn admin(limits: &ConnectionLimits) -> ListenerLimits {
+        ListenerLimits {
+            name: "admin",
+            max_connections: ADMIN_MAX_CONNECTIONS,
+            max_connections_per_client: ADMIN_MAX_CONNECTIONS,
+            ..ListenerLimits::mcp(limits, ADMIN_MAX_CONNECTIONS)
+        }
+    }
+}
+
+/// The connection metrics of one listener, looked up once.
+struct Counters {
+    refused_full: IntCounter,
+    refused_per_client: IntCounter,
+    header_timeout: IntCounter,
+    idle_timeout: IntCounter,
+}
+
+impl Counters {
+    fn new(listener: &str) -> Counters {
+        let m = crate::metrics::get();
+        let refused = |reason: Refusal| {
+            m.connections_refused
+                .with_label_values(&[listener, reason.label()])
+        };
+        let closed = |reason: Expiry| {
+            m.connections_timed_out
+                .with_label_values(&[listener, reason.label()])
+        };
+        Counters {
+            refused_full: refused(Refusal::Full),
+            refused_per_client: refused(Refusal::PerClient),
+            header_timeout: closed(Expiry::Header),
+            idle_timeout: closed(Expiry::Idle),
+        }
+    }
+
+    fn refused(&self, why: Refusal) {
+        match why {
+            Refusal::Full => self.refused_full.inc(),
+            Refusal::PerClient => self.refused_per_client.inc(),
+        }
+    }
+
+    fn expired(&self, why: Expiry) {
+        match why {
+            Expiry::Header => self.header_timeout.inc(),
+            Expiry::Idle => self.idle_timeout.inc(),
+        }
+    }
 }
 
 /// The HTTP builders per negotiated protocol (ALPN), shared by every connection.
@@ -55,8 +164,27 @@ struct Builders {
 }
 
 impl Builders {
-    fn new() -> Builders {
-        let auto = Builder::new(TokioExecutor::new());
+    fn new(limits: &ListenerLimits) -> Builders {
+        let mut auto = Builder::new(TokioExecutor::new());
+        {
+            let mut http1 = auto.http1();
+            // hyper's header timer starts when it waits for a request head: the first one
+            // (after protocol detection) and each next one on a keep-alive connection.
+            http1
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout)
+                // The head must fit hyper's read buffer: this bounds the request line and
+                // headers (431 beyond). hyper panics below 8 KiB; config refuses less.
+                .max_buf_size(limits.max_header_bytes.max(8 << 10));
+            if limits.max_headers != HYPER_MAX_HEADERS {
+                http1.max_headers(limits.max_headers);
+            }
+        }
+        auto.http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(limits.http2_max_concurrent_streams)
+            .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+            .keep_alive_interval(limits.http2_keep_alive_interval);
         Builders {
             http1: auto.clone().http1_only(),
             http2: auto.clone().http2_only(),
@@ -74,37 +202,71 @@ impl Builders {
 }
 
 /// Accepts connections on `listener` and serves `router` on each (over TLS when `tls` is set)
-/// until `shutdown` resolves; then stops accepting, asks open connections to finish (HTTP/1.1:
-/// after the request in progress; HTTP/2: GOAWAY) and returns once they all have. Dropping the
-/// returned future closes every remaining connection.
+/// under `limits` until `shutdown` resolves; then stops accepting, asks open connections to
+/// finish (HTTP/1.1: after the request in progress; HTTP/2: GOAWAY) and returns once they all
+/// have. Dropping the returned future closes every remaining connection.
 ///
-/// Accept errors, handshake failures and connection errors never end the loop.
+/// Accept errors, handshake failures, connection errors and refusals never end the loop.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     tls: Option<TlsAcceptor>,
+    limits: ListenerLimits,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
-    let builders = Arc::new(Builders::new());
+    let builders = Arc::new(Builders::new(&limits));
+    let counters = Arc::new(Counters::new(limits.name));
+    let admission = Admission::new(
+        limits.max_connections,
+        limits.max_connections_per_client,
+        crate::metrics::get()
+            .connections_open
+            .with_label_values(&[limits.name]),
+    );
+    let refuser = Refuser::default();
+    let limits = Arc::new(limits);
     let graceful = GracefulShutdown::new();
     // Dropped when shutdown begins: connections still in the TLS handshake give up.
     let (stop_tx, stop_rx) = watch::channel(());
     // Owns every connection task: dropping it (drain deadline) aborts them.
     let mut connections = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
+    // Refusals are counted in the metrics; the log says so at most every REFUSAL_LOG_EVERY.
+    let mut refusals_logged: Option<Instant> = None;
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((tcp, remote)) => {
+                    let ticket = match admission.admit(remote.ip()) {
+                        Ok(ticket) => ticket,
+                        Err(why) => {
+                            counters.refused(why);
+                            if refusals_logged.is_none_or(|at| at.elapsed() >= REFUSAL_LOG_EVERY) {
+                                refusals_logged = Some(Instant::now());
+                                tracing::warn!(
+                                    listener = limits.name,
+                                    %remote,
+                                    reason = why.label(),
+                                    "refusing connections (switchyard_connections_refused_total counts them)"
+                                );
+                            }
+                            refuser.refuse(tcp, why, tls.is_some());
+                            continue;
+                        }
+                    };
                     if let Err(e) = tcp.set_nodelay(true) {
                         tracing::debug!(%remote, error = %e, "cannot set TCP_NODELAY");
                     }
                     let conn = Connection {
                         router: router.clone(),
                         builders: builders.clone(),
+                        limits: limits.clone(),
+                        counters: counters.clone(),
                         watcher: graceful.watcher(),
                         stop: stop_rx.clone(),
                         remote,
+                        accepted: Instant::now(),
+                        _ticket: ticket,
                     };
                     connections.spawn(conn.run(tcp, tls.clone()));
                 }
@@ -149,9 +311,14 @@ async fn accept_error(e: io::Error) {
 struct Connection {
     router: Router,
     builders: Arc<Builders>,
+    limits: Arc<ListenerLimits>,
+    counters: Arc<Counters>,
     watcher: Watcher,
     stop: watch::Receiver<()>,
     remote: SocketAddr,
+    accepted: Instant,
+    /// Its place in the listener's counts, given back when the connection ends.
+    _ticket: Ticket,
 }
 
 impl Connection {
@@ -162,7 +329,9 @@ impl Connection {
             return;
         };
         let mut stop = self.stop.clone();
-        let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
+        // The handshake is part of the time allowed for the first request head.
+        let deadline = self.accepted + self.limits.header_read_timeout;
+        let handshake = tokio::time::timeout_at(deadline, acceptor.accept(tcp));
         let stream = tokio::select! {
             r = handshake => match r {
                 Ok(Ok(stream)) => stream,
@@ -171,7 +340,8 @@ impl Connection {
                     return;
                 }
                 Err(_) => {
-                    tracing::debug!(%remote, timeout_s = HANDSHAKE_TIMEOUT.as_secs(), "TLS handshake timed out");
+                    self.counters.expired(Expiry::Header);
+                    tracing::debug!(%remote, "TLS handshake timed out");
                     return;
                 }
             },
@@ -190,17 +360,38 @@ impl Connection {
             tls,
             remote: self.remote,
         };
+        let activity = Activity::new(self.accepted);
         let router = self.router;
+        let requests = activity.clone();
         let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            let in_flight = requests.begin();
             req.extensions_mut().insert(info);
             req.extensions_mut().insert(ConnectInfo(info.remote));
             // Router is always ready (its `poll_ready` returns Ready): call it directly.
-            tower_service::Service::call(&mut router.clone(), req.map(Body::new))
+            let call = tower_service::Service::call(&mut router.clone(), req.map(Body::new));
+            async move {
+                let resp = call.await?;
+                Ok::<_, Infallible>(resp.map(|body| Tracked::new(body, in_flight)))
+            }
         });
         let builder = self.builders.for_alpn(alpn);
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-        if let Err(e) = self.watcher.watch(conn).await {
-            tracing::debug!(remote = %info.remote, tls, error = %e, "connection ended with an error");
+        let conn = self
+            .watcher
+            .watch(builder.serve_connection_with_upgrades(TokioIo::new(io), service));
+        let limits = &self.limits;
+        let expired = watchdog::expire(&activity, limits.header_read_timeout, limits.idle_timeout);
+        tokio::select! {
+            ended = conn => if let Err(e) = ended {
+                if e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_timeout) {
+                    self.counters.expired(Expiry::Header);
+                }
+                tracing::debug!(remote = %info.remote, tls, error = %e, "connection ended with an error");
+            },
+            // Dropping the connection closes it: nothing is in flight.
+            why = expired => {
+                self.counters.expired(why);
+                tracing::debug!(remote = %info.remote, tls, reason = why.label(), "connection closed");
+            }
         }
     }
 }

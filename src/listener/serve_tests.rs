@@ -11,14 +11,14 @@ use axum::Router;
 use axum::extract::{ConnectInfo, Extension};
 use axum::http::Version;
 use axum::routing::get;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::tests::{Dir, leaf_and_ca};
-use super::{ConnInfo, ServerTls, serve};
-use crate::config::TlsConfig;
+use super::{ConnInfo, ListenerLimits, ServerTls, serve};
+use crate::config::{ConnectionLimits, TlsConfig};
 
 fn router() -> Router {
     Router::new()
@@ -53,6 +53,10 @@ struct Server {
 
 impl Server {
     async fn start(tls: bool) -> Server {
+        Server::start_with(tls, ListenerLimits::mcp(&ConnectionLimits::default(), 1000)).await
+    }
+
+    async fn start_with(tls: bool, limits: ListenerLimits) -> Server {
         crate::app::install_crypto_provider();
         let (server_tls, dir, ca) = if tls {
             let dir = Dir::new("serve");
@@ -77,6 +81,7 @@ impl Server {
             listener,
             router(),
             server_tls.as_ref().map(ServerTls::acceptor),
+            limits,
             async move {
                 let _ = rx.await;
             },
@@ -187,6 +192,59 @@ async fn a_connection_stuck_in_the_handshake_does_not_hold_shutdown_up() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     let took = server.stop().await;
     assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+#[tokio::test]
+async fn a_tls_connection_over_the_cap_is_closed_without_an_answer() {
+    let limits = ListenerLimits {
+        max_connections_per_client: 1,
+        ..ListenerLimits::mcp(&ConnectionLimits::default(), 10)
+    };
+    let server = Server::start_with(true, limits).await;
+    let client = server.client(true, false);
+    assert_eq!(
+        server.get(&client, "/info").await,
+        "true 127.0.0.1 HTTP/1.1"
+    );
+    // The client's pooled connection holds the one slot: another connection is closed before
+    // any handshake byte is answered.
+    let mut second = TcpStream::connect(server.addr).await.unwrap();
+    let _ = second.write_all(b"\x16\x03\x01\x00\x05hello").await;
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(5), second.read(&mut buf))
+        .await
+        .expect("closed at once");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    // The served client carries on.
+    assert_eq!(
+        server.get(&client, "/info").await,
+        "true 127.0.0.1 HTTP/1.1"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn app_serve_refuses_to_start_with_a_connection_cap_the_descriptors_cannot_serve() {
+    let config = crate::config::parse(
+        "limits: {max_connections: 16777216}\ntenants:\n  - name: a\n    upstreams:\n      - {name: u, http: {url: \"http://127.0.0.1:9/mcp\"}}\n",
+        "test.yaml",
+        &|_| None,
+    )
+    .unwrap();
+    let gateway = crate::app::build(&config).await.unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let served = tokio::time::timeout(
+        Duration::from_secs(5),
+        crate::app::serve(listener, gateway, None, std::future::pending()),
+    )
+    .await
+    .expect("serve returns at once");
+    let e = served.unwrap_err().to_string();
+    assert!(
+        e.starts_with("limits.max_connections is 16777216: with 288 file descriptors kept"),
+        "{e}"
+    );
+    assert!(e.contains("(RLIMIT_NOFILE)"), "{e}");
 }
 
 #[tokio::test]

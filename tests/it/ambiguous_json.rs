@@ -354,12 +354,19 @@ async fn policy_patterns_that_match_no_tool_are_reported_by_check_and_run() {
         .arg(&path)
         .output()
         .expect("check runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
     assert!(
-        stdout.contains("tool pattern \"lw__echo\" looks like a public name")
-            && stdout.contains("1 warning(s)"),
+        stdout.contains("ok (1 tenant(s), 1 upstream(s), 1 warning(s))"),
         "{stdout}"
+    );
+    assert!(
+        stderr.contains("warning: ")
+            && stderr.contains("tool pattern \"lw__echo\" looks like a public name"),
+        "{stderr}"
     );
 
     // `run`: once the tool list is known, every pattern that matches no tool is reported.

@@ -14,6 +14,8 @@ mod chart;
 mod cluster;
 mod conformance;
 mod fuzz;
+mod hostile_bodies;
+mod hostile_connections;
 mod legacy_sse;
 mod metrics;
 mod oidc_harness;

@@ -39,6 +39,9 @@ pub fn exported() -> Exported {
     touch(&m.redis_seconds);
     touch(&m.redis_errors);
     touch(&m.config_reloads);
+    touch(&m.connections_open);
+    touch(&m.connections_refused);
+    touch(&m.connections_timed_out);
     let text = String::from_utf8(m.render()).expect("the exposition is UTF-8");
     let mut series: Exported = BTreeMap::new();
     for line in text

@@ -106,6 +106,7 @@ pub fn config(tenants: Vec<TenantConfig>) -> Config {
         limits: Limits {
             max_body_bytes: 256 * 1024,
             max_upstream_message_bytes: 16 * 1024 * 1024,
+            ..Limits::default()
         },
         sessions: SessionConfig {
             ttl: Duration::from_secs(600),

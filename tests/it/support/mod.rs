@@ -6,6 +6,7 @@
 pub mod client;
 pub mod config;
 pub mod gateway;
+pub mod h2raw;
 pub mod jws;
 pub mod key_server;
 pub mod legacy;
@@ -15,6 +16,7 @@ pub mod peers;
 pub mod process;
 pub mod rawhttp;
 pub mod redis;
+pub mod wire;
 
 use std::time::Duration;
 

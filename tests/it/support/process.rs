@@ -45,7 +45,8 @@ impl GatewayProcess {
         env: &[(&str, &str)],
         name: &str,
     ) -> GatewayProcess {
-        let mut child = tokio::process::Command::new(gateway_exe())
+        let mut command = tokio::process::Command::new(gateway_exe());
+        command
             .arg("--log-format")
             .arg("json")
             .arg("run")
@@ -53,7 +54,39 @@ impl GatewayProcess {
             .arg(path)
             .args(extra)
             .env("RUST_LOG", "info")
-            .envs(env.iter().copied())
+            .envs(env.iter().copied());
+        GatewayProcess::launch(command, port, name).await
+    }
+
+    /// As [`GatewayProcess::start`], with the gateway's `RLIMIT_NOFILE` (soft and hard) set
+    /// to `nofile` by the shell that execs it.
+    pub async fn start_with_fd_limit(
+        config_yaml: &str,
+        dir: &TempDir,
+        name: &str,
+        nofile: u64,
+    ) -> GatewayProcess {
+        let port = free_port();
+        let path = dir.path(&format!("{name}.yaml"));
+        std::fs::write(&path, format!("listen: 127.0.0.1:{port}\n{config_yaml}")).expect("config");
+        let mut command = tokio::process::Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!("ulimit -n {nofile} && exec \"$0\" \"$@\""))
+            .arg(gateway_exe())
+            .args(["--log-format", "json", "run", "--config"])
+            .arg(&path)
+            .env("RUST_LOG", "info");
+        GatewayProcess::launch(command, port, name).await
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("the gateway runs")
+    }
+
+    async fn launch(mut command: tokio::process::Command, port: u16, name: &str) -> GatewayProcess {
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
@@ -84,11 +117,6 @@ impl GatewayProcess {
             log,
             drain,
         }
-    }
-
-    /// The process id, while it runs.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.id()
     }
 
     /// What the process has logged so far.
