@@ -10,6 +10,7 @@ mod catalog;
 mod chart;
 mod cluster;
 mod conformance;
+mod floods;
 mod legacy_sse;
 mod metrics;
 mod oidc_harness;

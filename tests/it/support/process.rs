@@ -25,10 +25,20 @@ impl GatewayProcess {
     /// Writes `config_yaml` (with a free `listen` port prepended) to `<dir>/<name>.yaml` and
     /// runs the gateway on it.
     pub async fn start(config_yaml: &str, dir: &TempDir, name: &str) -> GatewayProcess {
+        GatewayProcess::start_with_log_format(config_yaml, dir, name, "json").await
+    }
+
+    /// As [`GatewayProcess::start`], logging in `format` (`json` or `text`).
+    pub async fn start_with_log_format(
+        config_yaml: &str,
+        dir: &TempDir,
+        name: &str,
+        format: &str,
+    ) -> GatewayProcess {
         let port = free_port();
         let path = dir.path(&format!("{name}.yaml"));
         std::fs::write(&path, format!("listen: 127.0.0.1:{port}\n{config_yaml}")).expect("config");
-        GatewayProcess::run(&path, port, &[], name).await
+        GatewayProcess::spawn(&path, port, &[], &[], name, format).await
     }
 
     /// Runs the gateway on the config at `path`, which must listen on `port`; `extra` goes
@@ -45,9 +55,20 @@ impl GatewayProcess {
         env: &[(&str, &str)],
         name: &str,
     ) -> GatewayProcess {
+        GatewayProcess::spawn(path, port, extra, env, name, "json").await
+    }
+
+    async fn spawn(
+        path: &Path,
+        port: u16,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        name: &str,
+        log_format: &str,
+    ) -> GatewayProcess {
         let mut child = tokio::process::Command::new(gateway_exe())
             .arg("--log-format")
-            .arg("json")
+            .arg(log_format)
             .arg("run")
             .arg("--config")
             .arg(path)
