@@ -1,6 +1,6 @@
 //! `StreamLog`: the recorded events of one SSE stream, each framed once with its id, bounded
 //! twice: the window kept for replay (count and bytes), and the unread backlog. When nobody
-//! has read the newest half-window yet (a slow client, or one that left and may resume), the
+//! has read most of the window yet (a slow client, or one that left and may resume), the
 //! log stops taking notifications — other notifications are dropped (counted), progress is
 //! held back as the latest per request — while responses and requests to the client are always
 //! recorded. The held progress is recorded once the backlog shrinks, or just before the next
@@ -21,10 +21,21 @@ use crate::cluster::{MirrorQueue, Mirrored};
 #[derive(Debug, Clone, Copy)]
 pub struct LogLimits {
     /// Events kept for replay; older ones are dropped (a reader that far behind skips them).
-    /// Half of it is the most unread notifications the log takes (see the module docs).
+    /// Fifteen sixteenths of it is the most unread notifications the log takes (`backlog`).
     pub max_events: usize,
-    /// Bytes of framed events kept for replay; half of it bounds the unread backlog likewise.
+    /// Bytes of framed events kept for replay; bounds the unread backlog likewise.
     pub max_bytes: usize,
+}
+
+impl LogLimits {
+    /// The unread backlog (events, bytes) beyond which notifications are held back: the
+    /// window less a sixteenth, which stays room for what is always recorded (responses,
+    /// requests, the held progress), so a notification never pushes one of them out unread.
+    fn backlog(&self) -> (usize, usize) {
+        let events = self.max_events - (self.max_events / 16).max(1);
+        let bytes = self.max_bytes - (self.max_bytes / 16).max(1);
+        (events.max(1), bytes.max(1))
+    }
 }
 
 impl Default for LogLimits {
@@ -35,10 +46,6 @@ impl Default for LogLimits {
         }
     }
 }
-
-/// Most bytes one read hands a reader (at least one event): a reader's position then tells
-/// how far its client really got, and one chunk never copies the whole window.
-const READ_CHUNK: usize = 64 * 1024;
 
 /// What a message to record is: it decides what a log under a flood may do with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,8 +294,8 @@ impl StreamLog {
         self.state.lock().map_or(0, |s| s.dropped)
     }
 
-    /// Appends the events after `*after` (up to a chunk's worth) to `out` and advances
-    /// `*after`. A position the window no longer holds continues with the oldest event kept.
+    /// Appends the events after `*after` to `out` and advances `*after`. A position the
+    /// window no longer holds continues with the oldest event kept.
     pub fn read_after(&self, after: &mut u64, out: &mut Vec<Bytes>) -> Read {
         let Ok(mut s) = self.state.lock() else {
             return Read::Done;
@@ -339,24 +346,16 @@ impl StreamLog {
 
     // ---- Under the lock
 
-    /// Moves up to a chunk of events after `*after` into `out`, marking them read.
+    /// Moves the events after `*after` into `out`, marking them read.
     fn take_from(s: &mut State, after: &mut u64, out: &mut Vec<Bytes>) {
         let want = (*after + 1).max(s.first_seq);
         let skip = usize::try_from(want - s.first_seq).unwrap_or(usize::MAX);
-        let mut size = 0;
-        let mut last = None;
-        for (i, e) in s.events.iter().enumerate().skip(skip) {
-            if size > 0 && size + e.len() > READ_CHUNK {
-                break;
-            }
-            size += e.len();
-            out.push(e.clone());
-            last = Some(s.first_seq + i as u64);
+        if skip >= s.events.len() {
+            return;
         }
-        if let Some(seq) = last {
-            *after = seq;
-            Self::mark_read(s, seq);
-        }
+        out.extend(s.events.iter().skip(skip).cloned());
+        *after = s.next_seq - 1;
+        Self::mark_read(s, *after);
     }
 
     /// Everything up to `seq` was handed to a reader: it leaves the unread backlog.
@@ -376,11 +375,11 @@ impl StreamLog {
         s.read_up_to = seq;
     }
 
-    /// Whether the unread backlog is over its bound (half the window, in events or bytes).
+    /// Whether the unread backlog is over its bound (see [`LogLimits::backlog`]).
     fn over_backlog(&self, s: &State) -> bool {
         let unread = s.next_seq - (s.read_up_to + 1).max(s.first_seq);
-        unread >= (self.limits.max_events / 2).max(1) as u64
-            || s.unread_bytes >= (self.limits.max_bytes / 2).max(1)
+        let (events, bytes) = self.limits.backlog();
+        unread >= events as u64 || s.unread_bytes >= bytes
     }
 
     fn flush_held(&self, s: &mut State) {

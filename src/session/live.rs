@@ -623,6 +623,35 @@ mod tests {
         assert!(s.rewrite_server_progress(&plain).is_none());
     }
 
+    #[tokio::test]
+    async fn a_listener_that_does_not_read_holds_a_bounded_queue_and_stays() {
+        let s = session();
+        let mut rx = s.add_listener();
+        for _ in 0..1000 {
+            assert!(s.deliver_unsolicited(bytes::Bytes::from_static(b"{}")));
+        }
+        let mut queued = 0;
+        while rx.try_recv().is_ok() {
+            queued += 1;
+        }
+        assert_eq!(queued, 256);
+        assert!(s.deliver_unsolicited(bytes::Bytes::from_static(b"{}")));
+        assert!(rx.try_recv().is_ok(), "still listening once it read");
+    }
+
+    #[test]
+    fn get_connections_are_counted_and_bounded() {
+        let s = session().with_bounds(SessionBounds {
+            max_get_streams: 2,
+            ..SessionBounds::default()
+        });
+        let a = s.get_slot().expect("first");
+        let _b = s.get_slot().expect("second");
+        assert!(s.get_slot().is_none(), "a third is refused");
+        drop(a);
+        assert!(s.get_slot().is_some(), "a closed one makes room");
+    }
+
     #[test]
     fn idle_and_attached() {
         let s = session();

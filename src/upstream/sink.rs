@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use super::StreamEvent;
 
 /// Notifications queued for one request beyond which more are dropped.
-const MAX_QUEUED: usize = 1024;
+const MAX_QUEUED: usize = 10_000;
 /// Bytes of queued notifications beyond which more are dropped (one is always taken).
 const MAX_QUEUED_BYTES: usize = 4 * 1024 * 1024;
 

@@ -498,6 +498,9 @@ async fn read_stdout(
                 c.on_message(Bytes::from(line), None);
             }
         }
+        // Lines already buffered are read without waiting: under a flood this task would
+        // keep its worker to itself, and the streams it feeds fall behind and drop.
+        tokio::task::coop::consume_budget().await;
     }
 }
 

@@ -127,27 +127,39 @@ impl Inner {
     async fn next(&mut self) -> StreamItem {
         let hard = self.idle_deadline >= self.hard_deadline;
         let deadline = self.idle_deadline.min(self.hard_deadline);
-        tokio::select! {
-            ev = self.rx.recv() => match ev {
-                Some(StreamEvent::Progress(b)) => {
-                    self.idle_deadline = Instant::now() + self.idle;
-                    StreamItem::Message(b, MessageKind::Progress)
-                }
-                Some(StreamEvent::Message(b)) => StreamItem::Message(b, MessageKind::Notification),
-                Some(StreamEvent::Request(b)) => StreamItem::Message(b, MessageKind::Request),
-                Some(StreamEvent::Response(b)) => {
-                    self.outcome = "ok";
-                    StreamItem::Final(b)
-                }
-                Some(StreamEvent::Failed(e)) => {
-                    self.outcome = "failed";
-                    StreamItem::Final(e.to_jsonrpc(Some(&self.client_id)))
-                }
-                None => StreamItem::Cancelled,
-            },
-            _ = tokio::time::sleep_until(deadline) => {
+        // What is queued is taken first, without arming a timer for each event (a flood goes
+        // through here); the deadline is checked on the clock, so a flood cannot outrun it.
+        let event = if Instant::now() >= deadline {
+            None
+        } else {
+            tokio::select! {
+                biased;
+                ev = self.rx.recv() => Some(ev),
+                _ = tokio::time::sleep_until(deadline) => None,
+            }
+        };
+        match event {
+            Some(Some(StreamEvent::Progress(b))) => {
+                self.idle_deadline = Instant::now() + self.idle;
+                StreamItem::Message(b, MessageKind::Progress)
+            }
+            Some(Some(StreamEvent::Message(b))) => {
+                StreamItem::Message(b, MessageKind::Notification)
+            }
+            Some(Some(StreamEvent::Request(b))) => StreamItem::Message(b, MessageKind::Request),
+            Some(Some(StreamEvent::Response(b))) => {
+                self.outcome = "ok";
+                StreamItem::Final(b)
+            }
+            Some(Some(StreamEvent::Failed(e))) => {
+                self.outcome = "failed";
+                StreamItem::Final(e.to_jsonrpc(Some(&self.client_id)))
+            }
+            Some(None) => StreamItem::Cancelled,
+            None => {
                 let after = if hard { self.max } else { self.idle };
-                self.conn.cancel(self.upstream_id, "the gateway's request timeout elapsed");
+                self.conn
+                    .cancel(self.upstream_id, "the gateway's request timeout elapsed");
                 tracing::warn!(upstream = %self.conn.upstream_name(), timeout_ms = after.as_millis() as u64, "upstream request timed out; cancellation sent");
                 self.outcome = "timeout";
                 let err = GatewayError::UpstreamTimeout {
