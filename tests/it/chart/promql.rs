@@ -39,6 +39,8 @@ pub fn exported() -> Exported {
     touch(&m.redis_seconds);
     touch(&m.redis_errors);
     touch(&m.config_reloads);
+    touch(&m.notifications_dropped);
+    touch(&m.server_requests_refused);
     let text = String::from_utf8(m.render()).expect("the exposition is UTF-8");
     let mut series: Exported = BTreeMap::new();
     for line in text
