@@ -67,7 +67,7 @@ slow_bodies() {
 
 flood() {
     start flood
-    "$LOAD" flood --addr "127.0.0.1:$PORT" --count $((NOFILE + 2000)) --hold 5 --pid "$GPID" \
+    "$LOAD" connection-flood --addr "127.0.0.1:$PORT" --count $((NOFILE + 2000)) --hold 5 --pid "$GPID" \
         --metrics "http://127.0.0.1:$ADMIN/metrics" $(probes)
     stop flood
 }

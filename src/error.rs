@@ -69,6 +69,16 @@ pub enum GatewayError {
     /// The method is not served at this path; `allow` lists the ones that are.
     #[error("Method Not Allowed")]
     MethodNotAllowed { allow: &'static str },
+    /// A GET stream asked for before the client sent `notifications/initialized`.
+    #[error(
+        "Bad Request: the session's handshake is not finished: send notifications/initialized before opening a GET stream"
+    )]
+    StreamBeforeInitialized,
+    /// The session has as many GET (SSE) connections open on this replica as it may.
+    #[error(
+        "Too Many Requests: this session already has {limit} GET streams open; close one (or let it end) and retry"
+    )]
+    TooManyStreams { limit: usize },
     #[error("Service Unavailable: the gateway is shutting down")]
     ShuttingDown,
     #[error("Service Unavailable: the session store cannot be reached; retry shortly")]
@@ -133,6 +143,75 @@ pub enum GatewayError {
     Internal,
 }
 
+/// Why the gateway answered an upstream's request to the client (sampling, elicitation,
+/// roots, ping) itself, with an error, instead of passing it on or waiting longer. Upstreams
+/// see these, clients never do; mapped to the JSON-RPC error here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServerRequestRefusal {
+    /// The client did not declare the capability the method needs.
+    #[error(
+        "Method not found: the client did not declare the `{capability}` capability {method} needs"
+    )]
+    NotDeclared {
+        method: String,
+        capability: &'static str,
+    },
+    /// The client declared the capability, but not the mode or feature this request uses
+    /// (elicitation's `form`/`url` modes, sampling's `tools`).
+    #[error(
+        "Invalid params: the client did not declare `{feature}`, which this {method} request needs"
+    )]
+    FeatureNotDeclared {
+        method: String,
+        feature: &'static str,
+    },
+    /// The session already has `limit` requests to its client waiting.
+    #[error("the client already has {limit} requests waiting for its answers; try again later")]
+    TooMany { limit: usize },
+    /// The client did not answer within `after`.
+    #[error("Request timed out: the client did not answer within {}", humanize(*after))]
+    Expired { after: Duration },
+    /// Nothing can carry it to a client.
+    #[error("{0}")]
+    Undeliverable(&'static str),
+    /// The client session ended before answering.
+    #[error("the client session ended before answering")]
+    SessionEnded,
+}
+
+impl ServerRequestRefusal {
+    /// The JSON-RPC error code the upstream gets.
+    pub fn code(&self) -> i64 {
+        match self {
+            ServerRequestRefusal::NotDeclared { .. } => code::METHOD_NOT_FOUND,
+            ServerRequestRefusal::FeatureNotDeclared { .. } => code::INVALID_PARAMS,
+            ServerRequestRefusal::Expired { .. } => code::REQUEST_TIMEOUT,
+            ServerRequestRefusal::TooMany { .. }
+            | ServerRequestRefusal::Undeliverable(_)
+            | ServerRequestRefusal::SessionEnded => code::INTERNAL_ERROR,
+        }
+    }
+
+    /// A short, fixed name for metrics and logs.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ServerRequestRefusal::NotDeclared { .. } => "capability_not_declared",
+            ServerRequestRefusal::FeatureNotDeclared { .. } => "feature_not_declared",
+            ServerRequestRefusal::TooMany { .. } => "too_many_pending",
+            ServerRequestRefusal::Expired { .. } => "expired",
+            ServerRequestRefusal::Undeliverable(_) => "undeliverable",
+            ServerRequestRefusal::SessionEnded => "session_ended",
+        }
+    }
+
+    /// The JSON-RPC `error` object for the upstream.
+    pub fn error_object(&self) -> Box<RawValue> {
+        let body = jsonrpc::error_body(self.code(), &self.to_string(), None);
+        RawValue::from_string(String::from_utf8_lossy(&body).into_owned())
+            .expect("error_body writes one JSON object")
+    }
+}
+
 fn humanize(d: Duration) -> String {
     if d.as_millis().is_multiple_of(1000) {
         format!("{}s", d.as_secs())
@@ -170,6 +249,8 @@ impl GatewayError {
             SessionNotFound => "session_not_found",
             SessionNotOpened(_) => "not_initialized",
             MethodNotAllowed { .. } => "method_not_allowed",
+            StreamBeforeInitialized => "not_initialized",
+            TooManyStreams { .. } => "too_many_streams",
             ShuttingDown => "shutting_down",
             StoreUnavailable => "store_unavailable",
             OriginNotAllowed { .. } => "origin_not_allowed",
@@ -213,7 +294,9 @@ impl GatewayError {
             | MissingClientCapability { .. }
             | SessionRequired
             | SessionParamRequired
-            | SessionNotOpened(_) => StatusCode::BAD_REQUEST,
+            | SessionNotOpened(_)
+            | StreamBeforeInitialized => StatusCode::BAD_REQUEST,
+            TooManyStreams { .. } => StatusCode::TOO_MANY_REQUESTS,
             MethodNotServed(_) => StatusCode::NOT_FOUND,
             SessionNotFound => StatusCode::NOT_FOUND,
             MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
@@ -262,6 +345,8 @@ impl GatewayError {
             | SessionParamRequired
             | SessionNotOpened(_)
             | MethodNotAllowed { .. }
+            | StreamBeforeInitialized
+            | TooManyStreams { .. }
             | NotInitialized
             | AlreadyInitialized => code::INVALID_REQUEST,
             ShuttingDown | StoreUnavailable | BodyBudgetExhausted => code::CONNECTION_CLOSED,
@@ -342,7 +427,9 @@ impl GatewayError {
                     headers.insert(header::WWW_AUTHENTICATE, v);
                 }
             }
-            GatewayError::AuthUnavailable | GatewayError::StoreUnavailable => {
+            GatewayError::AuthUnavailable
+            | GatewayError::StoreUnavailable
+            | GatewayError::TooManyStreams { .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
             }
             // Bodies in the budget finish or time out within seconds.
@@ -380,6 +467,8 @@ mod tests {
             (GatewayError::BodyTimeout, 408),
             (GatewayError::BodyBudgetExhausted, 503),
             (GatewayError::BodyUnreadable, 400),
+            (GatewayError::StreamBeforeInitialized, 400),
+            (GatewayError::TooManyStreams { limit: 2 }, 429),
         ];
         for (err, status) in cases {
             assert_eq!(err.status().as_u16(), status, "{err}");
@@ -408,6 +497,45 @@ mod tests {
         assert_eq!(v["error"]["code"], -32022);
         assert_eq!(v["error"]["data"]["requested"], "1900-01-01");
         assert_eq!(v["error"]["data"]["supported"][0], "2026-07-28");
+    }
+
+    #[test]
+    fn too_many_streams_says_when_to_come_back() {
+        let resp = GatewayError::TooManyStreams { limit: 4 }.into_response(None);
+        assert_eq!(resp.status(), 429);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "5");
+    }
+
+    #[test]
+    fn server_request_refusals_are_json_rpc_errors_with_the_spec_codes() {
+        let cases = [
+            (
+                ServerRequestRefusal::NotDeclared {
+                    method: "roots/list".into(),
+                    capability: "roots",
+                },
+                -32601,
+            ),
+            (
+                ServerRequestRefusal::FeatureNotDeclared {
+                    method: "elicitation/create".into(),
+                    feature: "elicitation.url",
+                },
+                -32602,
+            ),
+            (
+                ServerRequestRefusal::Expired {
+                    after: Duration::from_secs(2),
+                },
+                -32001,
+            ),
+            (ServerRequestRefusal::TooMany { limit: 64 }, -32603),
+        ];
+        for (refusal, code) in cases {
+            let v: Value = serde_json::from_str(refusal.error_object().get()).unwrap();
+            assert_eq!(v["code"], code, "{refusal}");
+            assert_eq!(v["message"], refusal.to_string());
+        }
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub struct Gateway {
     pub store: SessionBackend,
     pub bus: Arc<Bus>,
     pub session_ttl: Duration,
+    /// What one session may hold (server-to-client requests, GET connections).
+    pub session_bounds: crate::config::SessionBounds,
     pub limits: Limits,
     /// Reads every client request body under `limits` and the process-wide body budget.
     pub bodies: crate::http::body::BodyReader,
@@ -157,6 +159,7 @@ impl Gateway {
             store,
             bus: bus.clone(),
             session_ttl: config.sessions.ttl,
+            session_bounds: config.sessions.bounds,
             limits: config.limits.clone(),
             bodies: crate::http::body::BodyReader::new(&config.limits),
             loopback: config.listen.ip().to_canonical().is_loopback(),
@@ -367,7 +370,8 @@ impl Gateway {
             self.report_foreign_id(tenant, &key.id).await;
             return Err(GatewayError::SessionNotFound);
         };
-        let session = Arc::new(LiveSession::from_record(key, record, self.bus.clone()));
+        let session = LiveSession::from_record(key, record, self.bus.clone());
+        let session = Arc::new(session.with_bounds(self.session_bounds));
         tracing::info!(tenant = %tenant.name, session = ?session.key.id, replica = %self.bus.replica, "session continued on this replica");
         // Two requests racing here keep one live state.
         Ok(tenant.directory.insert_or_get(session))

@@ -89,6 +89,9 @@ enum Command {
         /// Also expose the test-only tools (crash, stderr, pid).
         #[arg(long)]
         test_tools: bool,
+        /// Also expose tools that misbehave on purpose (flood, ask), for tests.
+        #[arg(long)]
+        hostile_tools: bool,
         /// Test only: ignore SIGTERM and stdin EOF (only SIGKILL stops it).
         #[arg(long, requires = "stdio")]
         stubborn: bool,
@@ -164,6 +167,7 @@ async fn tool(command: Command) -> ExitCode {
             http,
             name,
             test_tools,
+            hostile_tools,
             stubborn,
             conformance,
             stateless,
@@ -173,6 +177,7 @@ async fn tool(command: Command) -> ExitCode {
             let opts = DemoOptions {
                 name,
                 test_tools,
+                hostile_tools,
                 stubborn,
                 conformance,
                 trace_file: trace,

@@ -46,6 +46,12 @@ pub struct Metrics {
     pub redis_errors: IntCounterVec,
     /// `switchyard_config_reloads_total{outcome}`: `applied`, `unchanged` or `rejected`.
     pub config_reloads: IntCounterVec,
+    /// `switchyard_notifications_dropped_total{reason}`: notifications for a client that
+    /// fell behind a flood, dropped or coalesced (see `dropped_notification`).
+    pub notifications_dropped: IntCounterVec,
+    /// `switchyard_server_requests_refused_total{reason}`: upstream requests to a client the
+    /// gateway answered itself with an error (see `ServerRequestRefusal::label`).
+    pub server_requests_refused: IntCounterVec,
     /// `switchyard_config_last_reload_successful`: 0 while the newest routing file was
     /// rejected (the replica runs an older one), else 1.
     pub config_last_reload_successful: IntGauge,
@@ -203,8 +209,32 @@ impl Metrics {
                 "Routing config reloads, by outcome (applied, unchanged, rejected).",
                 &["outcome"],
             ),
+            notifications_dropped: counter(
+                &r,
+                "switchyard_notifications_dropped_total",
+                "Notifications for a client that fell behind, dropped or coalesced, by where.",
+                &["reason"],
+            ),
+            server_requests_refused: counter(
+                &r,
+                "switchyard_server_requests_refused_total",
+                "Upstream requests to a client answered by the gateway with an error, by reason.",
+                &["reason"],
+            ),
             registry: r,
         }
+    }
+
+    /// One notification for a client was dropped. `reason`, a fixed label: `stream_backlog`
+    /// (its stream's unread backlog is over the bound), `progress_coalesced` (a newer progress
+    /// of the same request replaced it), `request_queue` (the request's queue from the
+    /// upstream is full), `listener_queue` (a `subscriptions/listen` stream's queue is full),
+    /// `bus_backlog` (too many deliveries to another replica in flight), `mirror_backlog` (the
+    /// stream's copy in Redis is behind; the local log still has it).
+    pub fn dropped_notification(&self, reason: &'static str) {
+        self.notifications_dropped
+            .with_label_values(&[reason])
+            .inc();
     }
 
     /// Drops the per-tenant gauge of a tenant a config reload removed.

@@ -6,7 +6,7 @@
 //!   when, with `/healthz` probed while they are held.
 //! - `slow-bodies`: N clients announcing a large body, sending most of it, then stalling;
 //!   their answers and the gateway's resident memory (peak over the run).
-//! - `flood`: N connections opened as fast as possible and held idle; how many were refused
+//! - `connection-flood`: N connections opened as fast as possible and held idle; how many were refused
 //!   (and how), whether the probes answer during the flood, and how long after it the
 //!   listener serves again.
 

@@ -14,11 +14,15 @@
 //! `sy-load streams --url U --count N [--pid P] [--hold S]` opens N sessions with their GET
 //! SSE streams at once, holds them, and reports memory per stream and streams lost.
 //!
-//! `sy-load slowloris|slow-bodies|flood --addr A ...` run the connection-level attacks of
+//! `sy-load slowloris|slow-bodies|connection-flood --addr A ...` run the connection-level attacks of
 //! `attack.rs` (README, Limits) and report what the gateway did.
+//! `sy-load notification-flood --url U --count N [--pause S] [--read-rate B] [--resume] [--pid P]` has the
+//! demo server flood one call with N notifications while the client falls behind (see
+//! `flood.rs`), and reports what the client received and the gateway's memory and CPU.
 
 mod attack;
 mod calls;
+mod flood;
 mod streams;
 
 use std::sync::Arc;
@@ -123,7 +127,7 @@ enum Command {
         pid: Option<u32>,
     },
     /// N idle connections opened as fast as possible: refusals, probes, recovery.
-    Flood {
+    ConnectionFlood {
         #[arg(long)]
         addr: std::net::SocketAddr,
         #[arg(long, default_value_t = 20_000)]
@@ -139,6 +143,32 @@ enum Command {
         /// The gateway's process id (for its resident memory).
         #[arg(long)]
         pid: Option<u32>,
+    },
+    /// One call flooded with N notifications, read by a client that falls behind.
+    NotificationFlood {
+        /// A tenant endpoint in front of `demo-server --hostile-tools`.
+        #[arg(long)]
+        url: String,
+        #[arg(long, default_value_t = 100_000)]
+        count: u64,
+        /// Seconds the client reads nothing after the first event.
+        #[arg(long, default_value_t = 5.0)]
+        pause: f64,
+        /// Bytes per second the client reads at after the pause (0: as fast as it can).
+        #[arg(long, default_value_t = 1_000_000)]
+        read_rate: u64,
+        /// After the pause, read on through a new connection with Last-Event-ID.
+        #[arg(long)]
+        resume: bool,
+        /// The gateway's process id (for its resident memory and CPU time).
+        #[arg(long)]
+        pid: Option<u32>,
+        /// The gateway's Prometheus endpoint (for the notifications it dropped).
+        #[arg(long)]
+        metrics: Option<String>,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 300.0)]
+        timeout: f64,
     },
     /// Open N idle sessions and measure memory per session.
     Sessions {
@@ -238,7 +268,7 @@ async fn main() -> std::process::ExitCode {
             hold,
             pid,
         } => attack::slow_bodies(addr, &path, count, length, sent, secs(hold), pid).await,
-        Command::Flood {
+        Command::ConnectionFlood {
             addr,
             count,
             hold,
@@ -246,6 +276,28 @@ async fn main() -> std::process::ExitCode {
             metrics,
             pid,
         } => attack::flood(addr, count, secs(hold), &probes, metrics.as_deref(), pid).await,
+        Command::NotificationFlood {
+            url,
+            count,
+            pause,
+            read_rate,
+            resume,
+            pid,
+            metrics,
+            timeout,
+        } => {
+            flood::run(flood::Plan {
+                url,
+                count,
+                pause: Duration::from_secs_f64(pause.max(0.0)),
+                read_rate,
+                resume,
+                pid,
+                metrics,
+                timeout: Duration::from_secs_f64(timeout.max(1.0)),
+            })
+            .await
+        }
     };
     match result {
         Ok(report) => {

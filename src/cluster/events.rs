@@ -28,10 +28,9 @@ pub struct Replayed {
     pub events: Vec<Bytes>,
     /// Sequence number of the last entry read (the position to continue from).
     pub last_seq: u64,
-    /// The stream's last entry was read: nothing follows.
+    /// The stream's last entry was read: nothing follows. (Entries trimmed away or left out
+    /// before the first one read are skipped, as a local reader skips them.)
     pub done: bool,
-    /// Entries right after the position were already trimmed away.
-    pub gap: bool,
 }
 
 pub struct RedisEvents {
@@ -47,6 +46,12 @@ pub struct RedisEvents {
 const READ_BATCH: usize = 512;
 /// Attempts per `XADD` before the event is given up on (it stays in the local log).
 const WRITE_ATTEMPTS: u32 = 3;
+/// Most events written per round trip.
+const WRITE_BATCH: usize = 256;
+/// Events queued for one stream's writer beyond which notifications are left out of the
+/// Redis copy (they stay in the local log; a resumer elsewhere skips them): a flood faster
+/// than Redis never grows the queue without bound. Responses and requests always go.
+const MIRROR_BACKLOG: usize = 4096;
 
 impl RedisEvents {
     pub fn new(redis: Redis, ttl: Duration, max_len: usize) -> RedisEvents {
@@ -60,62 +65,80 @@ impl RedisEvents {
     }
 
     /// Starts the writer of one stream; events sent to the returned queue reach Redis in
-    /// order.
+    /// order, as many per round trip as are queued.
     pub fn mirror(self: &Arc<Self>, session: &SessionKey, stream: &str) -> MirrorQueue {
         let (tx, mut rx) = mpsc::unbounded_channel::<Mirrored>();
+        let queued = Arc::new(AtomicUsize::new(0));
         let key = self.redis.keys.events(session, stream);
-        let this = self.clone();
+        let (this, backlog) = (self.clone(), queued.clone());
         tokio::spawn(async move {
-            while let Some(m) = rx.recv().await {
-                let mut attempt = 0;
-                loop {
-                    attempt += 1;
-                    match this.write(&key, &m).await {
-                        Ok(()) => break,
-                        Err(e) if attempt < WRITE_ATTEMPTS => {
-                            tracing::debug!(error = %e, "event not yet written to Redis; retrying");
-                            tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt)))
-                                .await;
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "an SSE event could not be written to Redis; only this replica can replay it");
-                            break;
-                        }
+            let mut batch = Vec::with_capacity(WRITE_BATCH);
+            while rx.recv_many(&mut batch, WRITE_BATCH).await > 0 {
+                if this.write_batch(&key, &batch).await.is_err() {
+                    // One by one, each retried: a failed round trip may have written part of
+                    // the batch, and an entry already there is refused by its id.
+                    for m in &batch {
+                        this.write_retried(&key, m).await;
                     }
                 }
-                if this.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+                let n = batch.len();
+                batch.clear();
+                backlog.fetch_sub(n, Ordering::AcqRel);
+                if this.pending.fetch_sub(n, Ordering::AcqRel) == n {
                     this.drained.notify_waiters();
                 }
             }
         });
         MirrorQueue {
             tx,
+            queued,
             owner: self.clone(),
         }
     }
 
-    async fn write(&self, key: &str, m: &Mirrored) -> Result<(), StoreError> {
+    async fn write_retried(&self, key: &str, m: &Mirrored) {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.write_batch(key, std::slice::from_ref(m)).await {
+                Ok(()) => return,
+                Err(e) if attempt < WRITE_ATTEMPTS => {
+                    tracing::debug!(error = %e, "event not yet written to Redis; retrying");
+                    tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "an SSE event could not be written to Redis; only this replica can replay it");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Appends `events` to the stream in one round trip and restarts its time-to-live.
+    async fn write_batch(&self, key: &str, events: &[Mirrored]) -> Result<(), StoreError> {
         let mut conn = self.redis.conn.clone();
         let mut pipe = redis::pipe();
-        let add = pipe
-            .cmd("XADD")
-            .arg(key)
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(self.max_len)
-            .arg(format!("0-{}", m.seq))
-            .arg("d")
-            .arg(m.framed.as_ref());
-        if m.last {
-            add.arg("f").arg(1);
+        for m in events {
+            let add = pipe
+                .cmd("XADD")
+                .arg(key)
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(self.max_len)
+                .arg(format!("0-{}", m.seq))
+                .arg("d")
+                .arg(m.framed.as_ref());
+            if m.last {
+                add.arg("f").arg(1);
+            }
+            add.ignore();
         }
         pipe.cmd("EXPIRE").arg(key).arg(self.ttl_secs).ignore();
         self.redis
             .run("event_write", async move {
-                pipe.query_async::<(String,)>(&mut conn).await
+                pipe.query_async::<()>(&mut conn).await
             })
             .await
-            .map(|_| ())
     }
 
     /// Waits (bounded) until every queued event is in Redis.
@@ -166,15 +189,12 @@ impl RedisEvents {
             last_seq: after,
             ..Replayed::default()
         };
-        for (i, entry) in reply.ids.into_iter().enumerate() {
+        for entry in reply.ids {
             let seq = entry
                 .id
                 .split_once('-')
                 .and_then(|(_, s)| s.parse().ok())
                 .ok_or_else(|| StoreError::Corrupt(format!("event entry id {}", entry.id)))?;
-            if i == 0 && seq > after + 1 {
-                out.gap = true;
-            }
             out.last_seq = seq;
             if let Some(redis::Value::BulkString(d)) = entry.map.get("d")
                 && !d.is_empty()
@@ -192,14 +212,26 @@ impl RedisEvents {
 /// The ordered queue to one stream's Redis writer.
 pub struct MirrorQueue {
     tx: mpsc::UnboundedSender<Mirrored>,
+    /// Events queued and not yet written, for this stream.
+    queued: Arc<AtomicUsize>,
     owner: Arc<RedisEvents>,
 }
 
 impl MirrorQueue {
-    pub fn send(&self, m: Mirrored) {
+    /// Queues `m`; a `droppable` event (a notification) is left out while the queue is over
+    /// its bound.
+    pub fn send(&self, m: Mirrored, droppable: bool) {
+        if droppable && self.queued.load(Ordering::Acquire) >= MIRROR_BACKLOG {
+            crate::metrics::get().dropped_notification("mirror_backlog");
+            return;
+        }
+        self.queued.fetch_add(1, Ordering::AcqRel);
         self.owner.pending.fetch_add(1, Ordering::AcqRel);
-        if self.tx.send(m).is_err() && self.owner.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.owner.drained.notify_waiters();
+        if self.tx.send(m).is_err() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            if self.owner.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+                self.owner.drained.notify_waiters();
+            }
         }
     }
 }

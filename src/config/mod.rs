@@ -155,6 +155,34 @@ pub struct SessionConfig {
     /// Idle time after which a session expires (sliding; default 30 minutes).
     pub ttl: Duration,
     pub store: StoreConfig,
+    /// What one session may hold on a replica.
+    pub bounds: SessionBounds,
+}
+
+/// Per-session bounds on what clients and upstreams can make a session hold (config
+/// `sessions.max_server_requests`, `sessions.server_request_timeout`,
+/// `sessions.max_get_streams`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SessionBounds {
+    /// Upstream requests to the client (sampling, elicitation, roots, ping) waiting for its
+    /// answer at once (default 64); beyond it the upstream gets an error at once.
+    pub max_server_requests: usize,
+    /// How long such a request waits for the client's answer (default 60s); then the upstream
+    /// gets an error (`-32001`) and a late answer is dropped.
+    pub server_request_timeout: Duration,
+    /// GET (SSE) connections open at once per session on a replica (default 16, the streams a
+    /// session keeps for resumption); beyond it 429 with `Retry-After`.
+    pub max_get_streams: usize,
+}
+
+impl Default for SessionBounds {
+    fn default() -> Self {
+        SessionBounds {
+            max_server_requests: 64,
+            server_request_timeout: Duration::from_secs(60),
+            max_get_streams: 16,
+        }
+    }
 }
 
 /// Where session records live.

@@ -58,6 +58,9 @@ pub struct RawLimits {
 pub struct RawSessions {
     pub ttl: Field<Dur>,
     pub store: Field<RawStore>,
+    pub max_server_requests: Field<u64>,
+    pub server_request_timeout: Field<Dur>,
+    pub max_get_streams: Field<u64>,
 }
 
 /// `store: memory`, or the single-key mapping `store: {redis: {url: ...}}`.

@@ -18,7 +18,7 @@ use super::units::{format_duration, format_size};
 use super::validate_security::TenantPath;
 use super::{
     Config, FailurePolicy, Limits, PrefixConfig, PrefixMode, RedisConfig, Secret, ServerIdentity,
-    SessionConfig, StoreConfig, TelemetryConfig, TenantConfig,
+    SessionBounds, SessionConfig, StoreConfig, TelemetryConfig, TenantConfig,
 };
 
 pub(super) const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -318,9 +318,59 @@ fn sessions(checker: &mut Checker<'_>, field: &Field<RawSessions>) -> Option<Ses
             RawStore::Redis(r) => redis_store(checker, &sp.loc, r).map(StoreConfig::Redis),
         },
     };
+    let bounds = session_bounds(checker, raw);
     Some(SessionConfig {
         ttl: ttl?,
         store: store?,
+        bounds: bounds?,
+    })
+}
+
+/// `max_server_requests` (1 to 4096), `server_request_timeout` (> 0), `max_get_streams`
+/// (1 to 1024); each defaulted when absent.
+fn session_bounds(checker: &mut Checker<'_>, raw: Option<&RawSessions>) -> Option<SessionBounds> {
+    let default = SessionBounds::default();
+    let none = None;
+    let count = |checker: &mut Checker<'_>, field: &Field<u64>, name: &str, max: usize, default| {
+        let Some(sp) = field else {
+            return Some(default);
+        };
+        let n = *sp.get()?;
+        match usize::try_from(n) {
+            Ok(n) if (1..=max).contains(&n) => Some(n),
+            _ => {
+                checker.error(
+                    &sp.loc,
+                    format!("`{name}` must be from 1 to {max}, got {n}"),
+                );
+                None
+            }
+        }
+    };
+    let max_server_requests = count(
+        checker,
+        raw.map_or(&none, |r| &r.max_server_requests),
+        "max_server_requests",
+        4096,
+        default.max_server_requests,
+    );
+    let server_request_timeout = checker.duration(
+        raw.map_or(&None, |r| &r.server_request_timeout),
+        default.server_request_timeout,
+        Duration::from_millis(1),
+        "server_request_timeout",
+    );
+    let max_get_streams = count(
+        checker,
+        raw.map_or(&none, |r| &r.max_get_streams),
+        "max_get_streams",
+        1024,
+        default.max_get_streams,
+    );
+    Some(SessionBounds {
+        max_server_requests: max_server_requests?,
+        server_request_timeout: server_request_timeout?,
+        max_get_streams: max_get_streams?,
     })
 }
 

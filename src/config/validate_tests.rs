@@ -235,6 +235,34 @@ fn telemetry_section() {
 }
 
 #[test]
+fn session_bounds() {
+    let base = upstreams(&["{name: u, http: {url: \"http://127.0.0.1:9/mcp\"}}"]);
+    let c = ok(&base);
+    assert_eq!(c.sessions.bounds, super::super::SessionBounds::default());
+    assert_eq!(c.sessions.bounds.max_server_requests, 64);
+    assert_eq!(c.sessions.bounds.max_get_streams, 16);
+    let c = ok(&format!(
+        "sessions:\n  max_server_requests: 8\n  server_request_timeout: 90s\n  max_get_streams: 2\n{base}"
+    ));
+    assert_eq!(c.sessions.bounds.max_server_requests, 8);
+    assert_eq!(
+        c.sessions.bounds.server_request_timeout,
+        std::time::Duration::from_secs(90)
+    );
+    assert_eq!(c.sessions.bounds.max_get_streams, 2);
+    assert_eq!(
+        errors(&format!(
+            "sessions:\n  max_server_requests: 0\n  server_request_timeout: 0s\n  max_get_streams: 5000\n{base}"
+        )),
+        vec![
+            "t.yaml:2:24: sessions.max_server_requests: `max_server_requests` must be from 1 to 4096, got 0",
+            "t.yaml:3:27: sessions.server_request_timeout: `server_request_timeout` must be greater than 0",
+            "t.yaml:4:20: sessions.max_get_streams: `max_get_streams` must be from 1 to 1024, got 5000",
+        ]
+    );
+}
+
+#[test]
 fn document_shapes() {
     assert_eq!(
         errors(""),

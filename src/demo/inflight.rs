@@ -10,8 +10,12 @@ use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use serde_json::Value;
+
 use super::fixture_tools::FixtureJob;
+use super::peer::{AskError, Peer};
 use super::server::Session;
+use super::tools::FloodKind;
 use super::wire;
 
 /// A request id normalised for matching `notifications/cancelled` (string ids compare by value).
@@ -44,6 +48,15 @@ pub(crate) struct InFlight {
 pub(crate) enum Job {
     /// The demo's `sleep`: wait `ms` in total, sending `steps` progress notifications.
     Sleep { ms: u64, steps: u64 },
+    /// The test tool `flood`: `count` notifications as fast as they are taken.
+    Flood { count: u64, kind: FloodKind },
+    /// The test tool `ask`: `count` requests `method` to the client at once.
+    Ask {
+        method: &'static str,
+        /// Raw JSON.
+        params: String,
+        count: u64,
+    },
     /// A conformance-fixture tool that streams or talks back to the client.
     Fixture(FixtureJob),
 }
@@ -90,6 +103,10 @@ impl Deferred {
     pub(crate) fn streams(&self) -> bool {
         match &self.job {
             Job::Sleep { .. } => self.progress_token.is_some(),
+            Job::Flood { kind, .. } => {
+                *kind != FloodKind::Progress || self.progress_token.is_some()
+            }
+            Job::Ask { .. } => true,
             Job::Fixture(job) => job.streams(self.progress_token.is_some()),
         }
     }
@@ -105,6 +122,18 @@ impl Deferred {
                 Job::Sleep { ms, steps } => {
                     sleep(*ms, *steps, token, out).await;
                     wire::tool_text(id, &format!("slept {ms}ms"), false)
+                }
+                Job::Flood { count, kind } => {
+                    flood(*count, *kind, token, out).await;
+                    wire::tool_text(id, &format!("flooded {count}"), false)
+                }
+                Job::Ask {
+                    method,
+                    params,
+                    count,
+                } => {
+                    let summary = ask(peer, out, method, params, *count).await;
+                    wire::tool_text(id, &summary, false)
                 }
                 Job::Fixture(job) => job.run(peer, id, token, out).await,
             }
@@ -134,6 +163,64 @@ async fn sleep(ms: u64, steps: u64, token: Option<&RawValue>, out: Option<&mpsc:
         }
         _ => tokio::time::sleep(Duration::from_millis(ms)).await,
     }
+}
+
+/// Sends `count` notifications of `kind` as fast as `out` takes them (progress only with a
+/// token).
+async fn flood(
+    count: u64,
+    kind: FloodKind,
+    token: Option<&RawValue>,
+    out: Option<&mpsc::Sender<Bytes>>,
+) {
+    let Some(out) = out else { return };
+    for i in 1..=count {
+        let progress = match kind {
+            FloodKind::Progress => true,
+            FloodKind::Message => false,
+            FloodKind::Both => i % 2 == 1,
+        };
+        let message = match (progress, token) {
+            (true, Some(token)) => wire::progress(token, i, count),
+            (true, None) => continue,
+            (false, _) => {
+                let params = format!("{{\"level\":\"info\",\"logger\":\"flood\",\"data\":{i}}}");
+                wire::notification("notifications/message", params.as_bytes())
+            }
+        };
+        if out.send(message).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Sends the client `count` requests `method` at once and sums up what came back, as JSON:
+/// `results`, `errors` (the error objects), `timeouts`, `undeliverable`.
+async fn ask(
+    peer: &Peer,
+    out: Option<&mpsc::Sender<Bytes>>,
+    method: &'static str,
+    params: &str,
+    count: u64,
+) -> String {
+    let asks = (0..count).map(|_| peer.ask_raw(out, method, params.as_bytes()));
+    let (mut results, mut errors, mut timeouts, mut undeliverable) = (vec![], vec![], 0, 0);
+    let parse = |raw: &RawValue| serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+    for outcome in futures_util::future::join_all(asks).await {
+        match outcome {
+            Ok(Ok(result)) => results.push(parse(&result)),
+            Ok(Err(error)) => errors.push(parse(&error)),
+            Err(AskError::Timeout { .. }) => timeouts += 1,
+            Err(_) => undeliverable += 1,
+        }
+    }
+    serde_json::json!({
+        "results": results,
+        "errors": errors,
+        "timeouts": timeouts,
+        "undeliverable": undeliverable,
+    })
+    .to_string()
 }
 
 impl Drop for Deferred {

@@ -2,7 +2,7 @@
 //! test/load-test upstream), served over stdio or Streamable HTTP.
 //!
 //! Tools: `echo`, `add`, `sleep` (progress + cancellation); with `test_tools` also `crash`,
-//! `stderr` and `pid`. One prompt (`greeting`), one resource (`demo://readme`). Both transports share the
+//! `stderr` and `pid`; with `hostile_tools` also `flood` and `ask`. One prompt (`greeting`), one resource (`demo://readme`). Both transports share the
 //! per-session core in `server`.
 //!
 //! With `conformance`, the server is instead the conformance fixture (`fixture`,
@@ -46,6 +46,9 @@ pub struct DemoOptions {
     pub name: String,
     /// Also expose the test-only tools `crash`, `stderr` and `pid`.
     pub test_tools: bool,
+    /// Also expose `flood` (notifications as fast as they are taken) and `ask` (requests to
+    /// the client whatever it declared): an upstream that misbehaves, for tests.
+    pub hostile_tools: bool,
     /// Stdio only, for shutdown tests: ignore SIGTERM and keep running after stdin closes, so
     /// only SIGKILL stops the process.
     pub stubborn: bool,

@@ -221,6 +221,34 @@ impl Peer {
         method: &'static str,
         params: &[u8],
     ) -> Result<Box<RawValue>, AskError> {
+        match self.exchange(out, method, params).await? {
+            Answer::Result(r) => Ok(r),
+            Answer::Error(e) => Err(AskError::Rejected {
+                method,
+                error: error_message(&e),
+            }),
+        }
+    }
+
+    /// Like [`Peer::ask`], but an error answer comes back whole: `Ok(Err(error object))`.
+    pub(crate) async fn ask_raw(
+        &self,
+        out: Option<&mpsc::Sender<Bytes>>,
+        method: &'static str,
+        params: &[u8],
+    ) -> Result<Result<Box<RawValue>, Box<RawValue>>, AskError> {
+        Ok(match self.exchange(out, method, params).await? {
+            Answer::Result(r) => Ok(r),
+            Answer::Error(e) => Err(e),
+        })
+    }
+
+    async fn exchange(
+        &self,
+        out: Option<&mpsc::Sender<Bytes>>,
+        method: &'static str,
+        params: &[u8],
+    ) -> Result<Answer, AskError> {
         let Some(out) = out else {
             return Err(AskError::Undeliverable { method });
         };
@@ -241,11 +269,7 @@ impl Peer {
             return Err(AskError::Undeliverable { method });
         }
         match tokio::time::timeout(self.timeout, rx).await {
-            Ok(Ok(Answer::Result(r))) => Ok(r),
-            Ok(Ok(Answer::Error(e))) => Err(AskError::Rejected {
-                method,
-                error: error_message(&e),
-            }),
+            Ok(Ok(answer)) => Ok(answer),
             Ok(Err(_)) => Err(AskError::Undeliverable { method }),
             Err(_) => {
                 let mut params = Vec::with_capacity(96);

@@ -19,7 +19,7 @@ use super::DemoOptions;
 use super::inflight::{Deferred, IdKey, InFlight, Job, id_key};
 use super::modern::{self, Modern};
 use super::peer::{LOG_LEVELS, PEER_TIMEOUT, Peer};
-use super::tools::{self, ToolRun, Transport};
+use super::tools::{self, ToolRun, ToolSet, Transport};
 use super::wire::{self, INVALID_PARAMS, METHOD_NOT_FOUND, Message};
 use super::{catalog, fixture, fixture_mrtr, fixture_tools};
 use crate::protocol::param_headers::ParamHeaders;
@@ -36,8 +36,7 @@ const CAPABILITIES: &[u8] =
 
 /// State shared by every session of one server.
 pub(crate) struct Server {
-    test_tools: bool,
-    extra_tools: usize,
+    tools: ToolSet,
     /// Serving the conformance fixture instead of the demo catalog.
     fixture: bool,
     /// How long a server-to-client request waits for the client's answer.
@@ -107,15 +106,22 @@ impl Server {
             )
         } else {
             (
-                tools::list_result(opts.test_tools, opts.extra_tools),
+                tools::list_result(ToolSet {
+                    test: opts.test_tools,
+                    hostile: opts.hostile_tools,
+                    extra: opts.extra_tools,
+                }),
                 catalog::PROMPTS_LIST.into(),
                 catalog::RESOURCES_LIST.into(),
                 catalog::TEMPLATES_LIST.into(),
             )
         };
         let server = Server {
-            test_tools: opts.test_tools && !opts.conformance,
-            extra_tools: opts.extra_tools,
+            tools: ToolSet {
+                test: opts.test_tools && !opts.conformance,
+                hostile: opts.hostile_tools && !opts.conformance,
+                extra: opts.extra_tools,
+            },
             fixture: opts.conformance,
             peer_timeout,
             init_tail,
@@ -498,13 +504,7 @@ impl Session {
             let stateless = self.server.stateless && Modern::of(Some(params)).is_some();
             return fixture_tools::call(self, id, &p.name, p.arguments, token, stateless);
         }
-        let run = tools::call(
-            &p.name,
-            p.arguments,
-            self.transport,
-            self.server.test_tools,
-            self.server.extra_tools,
-        );
+        let run = tools::call(&p.name, p.arguments, self.transport, self.server.tools);
         match run {
             Err(()) => {
                 let msg = format!("Unknown tool: {}", p.name);
@@ -515,11 +515,30 @@ impl Session {
             Ok(ToolRun::Exit(code)) => Outcome::Exit(code),
             Ok(ToolRun::Sleep { ms, steps }) => {
                 let token = token.filter(|_| steps > 0);
-                match Deferred::start(self, id, token, Job::Sleep { ms, steps }) {
-                    Ok(work) => Outcome::Deferred(work),
-                    Err(reply) => Outcome::Reply(reply),
-                }
+                self.defer(id, token, Job::Sleep { ms, steps })
             }
+            Ok(ToolRun::Flood { count, kind }) => self.defer(id, token, Job::Flood { count, kind }),
+            Ok(ToolRun::Ask {
+                method,
+                params,
+                count,
+            }) => self.defer(
+                id,
+                None,
+                Job::Ask {
+                    method,
+                    params,
+                    count,
+                },
+            ),
+        }
+    }
+
+    /// Runs `job` for request `id` as a deferred, cancellable request.
+    fn defer(self: &Arc<Self>, id: &RawValue, token: Option<&RawValue>, job: Job) -> Outcome {
+        match Deferred::start(self, id, token, job) {
+            Ok(work) => Outcome::Deferred(work),
+            Err(reply) => Outcome::Reply(reply),
         }
     }
 

@@ -14,6 +14,17 @@ use super::wire::serde_message;
 pub(crate) const MAX_SLEEP_MS: u64 = 86_400_000;
 /// Most progress notifications one `sleep` may ask for.
 pub(crate) const MAX_SLEEP_STEPS: u64 = 10_000;
+/// Most notifications one `flood` may send.
+pub(crate) const MAX_FLOOD: u64 = 10_000_000;
+/// Most requests one `ask` may send the client at once.
+pub(crate) const MAX_ASK: u64 = 1_000;
+/// The requests `ask` may send the client.
+const ASKABLE: [&str; 4] = [
+    "sampling/createMessage",
+    "elicitation/create",
+    "roots/list",
+    "ping",
+];
 
 /// Which transport a session runs over; some test tools only make sense over stdio.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,12 +42,45 @@ pub(crate) enum ToolRun {
     Failed(String),
     /// Wait `ms` in total, reporting `steps` progress notifications if the caller asked.
     Sleep { ms: u64, steps: u64 },
+    /// Send `count` notifications as fast as the transport takes them, then answer.
+    Flood { count: u64, kind: FloodKind },
+    /// Send the client `count` requests `method` with `params` at once (whatever it declared)
+    /// and answer with what came back.
+    Ask {
+        method: &'static str,
+        /// Raw JSON.
+        params: String,
+        count: u64,
+    },
     /// Terminate the process with this exit code, without answering.
     Exit(i32),
 }
 
+/// What a `flood` sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum FloodKind {
+    /// `notifications/progress` (needs the call's progressToken).
+    Progress,
+    /// `notifications/message` (logging).
+    Message,
+    /// Both, alternating.
+    Both,
+}
+
+/// Which tools a demo server offers beyond `echo`, `add` and `sleep`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ToolSet {
+    /// `crash`, `stderr`, `pid`.
+    pub(crate) test: bool,
+    /// `flood` and `ask`: an upstream that misbehaves on purpose.
+    pub(crate) hostile: bool,
+    /// This many generated tools answering like `echo`.
+    pub(crate) extra: usize,
+}
+
 /// The `tools/list` result, encoded once per server.
-pub(crate) fn list_result(test_tools: bool, extra_tools: usize) -> Vec<u8> {
+pub(crate) fn list_result(set: ToolSet) -> Vec<u8> {
     let mut tools = vec![
         json!({
             "name": "echo",
@@ -82,7 +126,7 @@ pub(crate) fn list_result(test_tools: bool, extra_tools: usize) -> Vec<u8> {
             }
         }),
     ];
-    if test_tools {
+    if set.test {
         tools.push(json!({
             "name": "crash",
             "title": "Crash (test only)",
@@ -115,7 +159,42 @@ pub(crate) fn list_result(test_tools: bool, extra_tools: usize) -> Vec<u8> {
             "inputSchema": {"type": "object", "additionalProperties": false}
         }));
     }
-    for n in 1..=extra_tools {
+    if set.hostile {
+        tools.push(json!({
+            "name": "flood",
+            "title": "Notification flood (test only)",
+            "description": "Sends `count` notifications (progress, needing a progressToken; log \
+                messages; or both) as fast as they are taken, then answers \"flooded <count>\".",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "count": {"type": "integer", "minimum": 0, "maximum": MAX_FLOOD},
+                    "kind": {"type": "string", "enum": ["progress", "message", "both"],
+                             "default": "progress"}
+                },
+                "required": ["count"],
+                "additionalProperties": false
+            }
+        }));
+        tools.push(json!({
+            "name": "ask",
+            "title": "Ask the client (test only)",
+            "description": "Sends the client `count` requests `method` at once, whatever \
+                capabilities it declared, and answers with a JSON summary: the results, the \
+                error objects, and how many timed out or could not be sent.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "method": {"type": "string", "enum": ASKABLE},
+                    "params": {"type": "object"},
+                    "count": {"type": "integer", "minimum": 1, "maximum": MAX_ASK, "default": 1}
+                },
+                "required": ["method"],
+                "additionalProperties": false
+            }
+        }));
+    }
+    for n in 1..=set.extra {
         tools.push(json!({
             "name": bulk_name(n),
             "title": format!("Bulk tool {n}"),
@@ -163,6 +242,33 @@ struct SleepArgs {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FloodArgs {
+    count: u64,
+    #[serde(default = "default_flood_kind")]
+    kind: FloodKind,
+}
+
+fn default_flood_kind() -> FloodKind {
+    FloodKind::Progress
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AskArgs<'a> {
+    #[serde(borrow)]
+    method: Cow<'a, str>,
+    #[serde(default, borrow)]
+    params: Option<&'a RawValue>,
+    #[serde(default = "default_ask_count")]
+    count: u64,
+}
+
+fn default_ask_count() -> u64 {
+    1
+}
+
+#[derive(Deserialize)]
 struct CrashArgs {
     #[serde(default = "default_exit_code")]
     exit_code: i64,
@@ -184,12 +290,12 @@ pub(crate) fn call(
     name: &str,
     args: Option<&RawValue>,
     transport: Transport,
-    test_tools: bool,
-    extra_tools: usize,
+    set: ToolSet,
 ) -> Result<ToolRun, ()> {
+    let (test_tools, hostile) = (set.test, set.hostile);
     let args = args.map_or("{}", RawValue::get);
     let run = match name {
-        n if n == "echo" || is_bulk(n, extra_tools) => {
+        n if n == "echo" || is_bulk(n, set.extra) => {
             match serde_json::from_str::<EchoArgs<'_>>(args) {
                 Ok(a) => ToolRun::Text(a.message.into_owned()),
                 Err(e) => bad_args(name, &e),
@@ -238,6 +344,33 @@ pub(crate) fn call(
             Err(e) => bad_args(name, &e),
         },
         "pid" if test_tools => ToolRun::Text(std::process::id().to_string()),
+        "flood" if hostile => match serde_json::from_str::<FloodArgs>(args) {
+            Ok(a) if a.count > MAX_FLOOD => ToolRun::Failed(format!(
+                "Invalid arguments for tool flood: count must be at most {MAX_FLOOD}"
+            )),
+            Ok(a) => ToolRun::Flood {
+                count: a.count,
+                kind: a.kind,
+            },
+            Err(e) => bad_args(name, &e),
+        },
+        "ask" if hostile => match serde_json::from_str::<AskArgs<'_>>(args) {
+            Ok(a) if !(1..=MAX_ASK).contains(&a.count) => ToolRun::Failed(format!(
+                "Invalid arguments for tool ask: count must be from 1 to {MAX_ASK}"
+            )),
+            Ok(a) => match ASKABLE.iter().find(|m| **m == a.method) {
+                Some(method) => ToolRun::Ask {
+                    method,
+                    params: a.params.map_or("{}", RawValue::get).to_owned(),
+                    count: a.count,
+                },
+                None => ToolRun::Failed(format!(
+                    "Invalid arguments for tool ask: method must be one of {}",
+                    ASKABLE.join(", ")
+                )),
+            },
+            Err(e) => bad_args(name, &e),
+        },
         _ => return Err(()),
     };
     Ok(run)

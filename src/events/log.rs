@@ -1,14 +1,18 @@
-//! `StreamLog`: the recorded events of one SSE stream, bounded, each framed once with its id;
-//! and `tail`, the SSE body that replays a log after an event and then follows it live.
+//! `StreamLog`: the recorded events of one SSE stream, each framed once with its id, bounded
+//! twice: the window kept for replay (count and bytes), and the unread backlog. When nobody
+//! has read most of the window yet (a slow client, or one that left and may resume), the
+//! log stops taking notifications — other notifications are dropped (counted), progress is
+//! held back as the latest per request — while responses and requests to the client are always
+//! recorded. The held progress is recorded once the backlog shrinks, or just before the next
+//! essential event, so the client always sees the last progress and the response in order.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use futures_util::Stream;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 
 use super::{EventId, StreamId};
 use crate::cluster::{MirrorQueue, Mirrored};
@@ -16,10 +20,22 @@ use crate::cluster::{MirrorQueue, Mirrored};
 /// Bounds of one stream's log.
 #[derive(Debug, Clone, Copy)]
 pub struct LogLimits {
-    /// Events kept for replay; older ones are dropped (a reader that far behind is cut off).
+    /// Events kept for replay; older ones are dropped (a reader that far behind skips them).
+    /// Fifteen sixteenths of it is the most unread notifications the log takes (`backlog`).
     pub max_events: usize,
-    /// Bytes of framed events kept for replay.
+    /// Bytes of framed events kept for replay; bounds the unread backlog likewise.
     pub max_bytes: usize,
+}
+
+impl LogLimits {
+    /// The unread backlog (events, bytes) beyond which notifications are held back: the
+    /// window less a sixteenth, which stays room for what is always recorded (responses,
+    /// requests, the held progress), so a notification never pushes one of them out unread.
+    fn backlog(&self) -> (usize, usize) {
+        let events = self.max_events - (self.max_events / 16).max(1);
+        let bytes = self.max_bytes - (self.max_bytes / 16).max(1);
+        (events.max(1), bytes.max(1))
+    }
 }
 
 impl Default for LogLimits {
@@ -31,6 +47,17 @@ impl Default for LogLimits {
     }
 }
 
+/// What a message to record is: it decides what a log under a flood may do with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageKind {
+    /// A request to the client (it waits for an answer): always recorded.
+    Request,
+    /// A progress notification: beyond the backlog bound, only the latest per request.
+    Progress,
+    /// Any other notification: beyond the backlog bound, dropped (counted).
+    Notification,
+}
+
 struct State {
     /// Sequence number of `events[0]`.
     first_seq: u64,
@@ -40,6 +67,15 @@ struct State {
     bytes: usize,
     /// No event will follow (the response was recorded, or the stream was replaced).
     done: bool,
+    /// The newest event handed to a reader: the events after it are the unread backlog.
+    read_up_to: u64,
+    /// Bytes of the unread events still in `events`.
+    unread_bytes: usize,
+    /// Progress held back while the backlog is over its bound: the latest per request (the
+    /// key), recorded when the backlog shrinks or before the next essential event.
+    held: Vec<(u32, Bytes)>,
+    /// Notifications dropped or coalesced on this stream; the first is logged.
+    dropped: u64,
 }
 
 /// One SSE stream's events, shared by the producer (which records before anything is sent)
@@ -87,14 +123,25 @@ enum Framing {
 /// What a reader found after its position.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Read {
-    /// Events were appended to the output (the reader's position advanced).
+    /// Events were appended to the output and the reader's position advanced (past events
+    /// the window no longer holds, if it had fallen that far behind).
     Some,
     /// Nothing new yet.
     Nothing,
     /// Nothing new and nothing will come.
     Done,
-    /// Events after the position were already dropped: the reader fell too far behind.
-    Gap,
+}
+
+/// What became of a notification offered to a log (for the metrics, outside the lock).
+enum Taken {
+    Recorded,
+    /// Held back as its request's latest progress (nothing lost yet).
+    Held,
+    /// Replaced an older held progress, which is gone.
+    Coalesced,
+    Dropped,
+    /// The stream had ended.
+    Ended,
 }
 
 impl StreamLog {
@@ -110,6 +157,10 @@ impl StreamLog {
                 events: VecDeque::new(),
                 bytes: 0,
                 done: false,
+                read_up_to: 0,
+                unread_bytes: 0,
+                held: Vec::new(),
+                dropped: 0,
             }),
             notify: Notify::new(),
             readers: AtomicUsize::new(0),
@@ -131,19 +182,9 @@ impl StreamLog {
         let _ = self.mirror.set(queue);
     }
 
-    fn mirror(&self, seq: u64, framed: &Bytes, last: bool) {
-        if let Some(m) = self.mirror.get() {
-            m.send(Mirrored {
-                seq,
-                framed: framed.clone(),
-                last,
-            });
-        }
-    }
-
-    /// Records `message` (one JSON-RPC message) as the next event and wakes the readers.
-    /// `last` marks the final event of the stream. Returns `false` if the stream had already
-    /// ended (nothing recorded).
+    /// Records `message` (one JSON-RPC message that must reach the client: a response, or a
+    /// request to it) as the next event and wakes the readers. `last` marks the final event
+    /// of the stream. Returns `false` if the stream had already ended (nothing recorded).
     pub fn append(&self, message: &[u8], last: bool) -> bool {
         let Ok(mut s) = self.state.lock() else {
             return false;
@@ -151,27 +192,64 @@ impl StreamLog {
         if s.done {
             return false;
         }
-        let seq = s.next_seq;
-        let framed = match self.framing {
-            Framing::Resumable => frame(&EventId::new(self.id.clone(), seq), message, None),
-            Framing::LegacyMessage => frame_message(message),
-        };
-        s.next_seq += 1;
-        s.bytes += framed.len();
-        // Under the lock: the mirror sees events in sequence order.
-        self.mirror(seq, &framed, last);
-        s.events.push_back(framed);
-        s.done = last;
-        while s.events.len() > self.limits.max_events
-            || (s.bytes > self.limits.max_bytes && s.events.len() > 1)
-        {
-            if let Some(old) = s.events.pop_front() {
-                s.bytes -= old.len();
-                s.first_seq += 1;
-            }
-        }
+        // Progress held back came first: it goes before, so the client's last progress is
+        // never lost and never follows the response.
+        self.flush_held(&mut s);
+        self.push(&mut s, message, last, false);
         drop(s);
         self.notify.notify_waiters();
+        true
+    }
+
+    /// Records a message of `kind` sent for the stream's request number `request` (0 unless
+    /// several requests share the stream, as in a batch). Beyond the backlog bound,
+    /// notifications are dropped and progress held back (see the module docs). Returns
+    /// `false` if the stream had already ended.
+    pub fn record(&self, message: &Bytes, kind: MessageKind, request: u32) -> bool {
+        if kind == MessageKind::Request {
+            return self.append(message, false);
+        }
+        let Ok(mut s) = self.state.lock() else {
+            return false;
+        };
+        let taken = if s.done {
+            Taken::Ended
+        } else if !self.over_backlog(&s) {
+            self.flush_held(&mut s);
+            self.push(&mut s, message, false, true);
+            Taken::Recorded
+        } else if kind == MessageKind::Progress {
+            match s.held.iter_mut().find(|(k, _)| *k == request) {
+                Some(slot) => {
+                    slot.1 = message.clone();
+                    s.dropped += 1;
+                    Taken::Coalesced
+                }
+                None => {
+                    s.held.push((request, message.clone()));
+                    Taken::Held
+                }
+            }
+        } else {
+            s.dropped += 1;
+            Taken::Dropped
+        };
+        let first_drop = s.dropped == 1 && matches!(taken, Taken::Coalesced | Taken::Dropped);
+        drop(s);
+        let reason = match taken {
+            Taken::Recorded => {
+                self.notify.notify_waiters();
+                return true;
+            }
+            Taken::Ended => return false,
+            Taken::Held => return true,
+            Taken::Coalesced => "progress_coalesced",
+            Taken::Dropped => "stream_backlog",
+        };
+        crate::metrics::get().dropped_notification(reason);
+        if first_drop {
+            tracing::warn!(stream = %self.id, kind = self.kind.label(), "a client fell behind a flood of notifications: until it catches up, this stream drops notifications and keeps only the latest progress (responses and requests are always kept)");
+        }
         true
     }
 
@@ -181,10 +259,7 @@ impl StreamLog {
         let mut s = self.state.lock().ok()?;
         let seq = s.next_seq;
         let framed = frame(&EventId::new(self.id.clone(), seq), b"", Some(retry));
-        s.next_seq += 1;
-        s.bytes += framed.len();
-        self.mirror(seq, &framed, false);
-        s.events.push_back(framed);
+        self.push_framed(&mut s, framed, false, true);
         drop(s);
         self.notify.notify_waiters();
         Some(seq)
@@ -196,10 +271,11 @@ impl StreamLog {
             && !s.done
         {
             s.done = true;
+            s.held.clear();
             // An end marker for readers on other replicas.
             let seq = s.next_seq;
             s.next_seq += 1;
-            self.mirror(seq, &Bytes::new(), true);
+            self.mirror(seq, &Bytes::new(), true, false);
         }
         self.notify.notify_waiters();
     }
@@ -213,32 +289,147 @@ impl StreamLog {
         self.state.lock().is_ok_and(|s| seq < s.next_seq)
     }
 
-    /// Appends the events after `*after` to `out` and advances `*after`.
-    pub fn read_after(&self, after: &mut u64, out: &mut Vec<Bytes>) -> Read {
-        let Ok(s) = self.state.lock() else {
-            return Read::Done;
-        };
-        let want = *after + 1;
-        if want < s.first_seq {
-            return Read::Gap;
-        }
-        let skip = usize::try_from(want - s.first_seq).unwrap_or(usize::MAX);
-        if skip >= s.events.len() {
-            return if s.done { Read::Done } else { Read::Nothing };
-        }
-        out.extend(s.events.iter().skip(skip).cloned());
-        *after = s.next_seq - 1;
-        Read::Some
+    /// Notifications this stream dropped or coalesced so far.
+    pub fn dropped(&self) -> u64 {
+        self.state.lock().map_or(0, |s| s.dropped)
     }
 
-    /// Whether the events after `after` were already dropped (the reader fell too far behind).
-    pub fn dropped_after(&self, after: u64) -> bool {
-        self.state.lock().is_ok_and(|s| after + 1 < s.first_seq)
+    /// Appends the events after `*after` to `out` and advances `*after`. A position the
+    /// window no longer holds continues with the oldest event kept.
+    pub fn read_after(&self, after: &mut u64, out: &mut Vec<Bytes>) -> Read {
+        let Ok(mut s) = self.state.lock() else {
+            return Read::Done;
+        };
+        let had = out.len();
+        Self::take_from(&mut s, after, out);
+        let mut flushed = false;
+        if !s.held.is_empty() && !self.over_backlog(&s) {
+            // The client caught up: the progress held back for it goes out now.
+            self.flush_held(&mut s);
+            flushed = true;
+            if out.len() == had {
+                Self::take_from(&mut s, after, out);
+            }
+        }
+        let read = if out.len() > had {
+            Read::Some
+        } else if s.done {
+            Read::Done
+        } else {
+            Read::Nothing
+        };
+        drop(s);
+        if flushed {
+            self.notify.notify_waiters();
+        }
+        read
     }
 
     /// Readers connected right now (a client listening on this stream).
     pub fn readers(&self) -> usize {
         self.readers.load(Ordering::Acquire)
+    }
+
+    pub(super) fn reader_joined(&self) {
+        self.readers.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(super) fn reader_left(&self) {
+        self.readers.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Resolves when an event is recorded or the stream ends (enable it before reading, so
+    /// nothing recorded in between is missed).
+    pub(super) fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.notify.notified()
+    }
+
+    // ---- Under the lock
+
+    /// Moves the events after `*after` into `out`, marking them read.
+    fn take_from(s: &mut State, after: &mut u64, out: &mut Vec<Bytes>) {
+        let want = (*after + 1).max(s.first_seq);
+        let skip = usize::try_from(want - s.first_seq).unwrap_or(usize::MAX);
+        if skip >= s.events.len() {
+            return;
+        }
+        out.extend(s.events.iter().skip(skip).cloned());
+        *after = s.next_seq - 1;
+        Self::mark_read(s, *after);
+    }
+
+    /// Everything up to `seq` was handed to a reader: it leaves the unread backlog.
+    fn mark_read(s: &mut State, seq: u64) {
+        let from = (s.read_up_to + 1).max(s.first_seq);
+        if seq < from {
+            return;
+        }
+        let start = usize::try_from(from - s.first_seq).unwrap_or(usize::MAX);
+        let end = usize::try_from(seq + 1 - s.first_seq).unwrap_or(usize::MAX);
+        let read: usize = s
+            .events
+            .range(start..end.min(s.events.len()))
+            .map(Bytes::len)
+            .sum();
+        s.unread_bytes = s.unread_bytes.saturating_sub(read);
+        s.read_up_to = seq;
+    }
+
+    /// Whether the unread backlog is over its bound (see [`LogLimits::backlog`]).
+    fn over_backlog(&self, s: &State) -> bool {
+        let unread = s.next_seq - (s.read_up_to + 1).max(s.first_seq);
+        let (events, bytes) = self.limits.backlog();
+        unread >= events as u64 || s.unread_bytes >= bytes
+    }
+
+    fn flush_held(&self, s: &mut State) {
+        for (_, message) in std::mem::take(&mut s.held) {
+            self.push(s, &message, false, true);
+        }
+    }
+
+    /// Frames and records one message. `droppable` (a notification) may be left out of the
+    /// Redis copy when that falls behind.
+    fn push(&self, s: &mut State, message: &[u8], last: bool, droppable: bool) {
+        let framed = match self.framing {
+            Framing::Resumable => frame(&EventId::new(self.id.clone(), s.next_seq), message, None),
+            Framing::LegacyMessage => frame_message(message),
+        };
+        self.push_framed(s, framed, last, droppable);
+    }
+
+    fn push_framed(&self, s: &mut State, framed: Bytes, last: bool, droppable: bool) {
+        let seq = s.next_seq;
+        s.next_seq += 1;
+        s.bytes += framed.len();
+        s.unread_bytes += framed.len();
+        // Under the lock: the mirror sees events in sequence order.
+        self.mirror(seq, &framed, last, droppable);
+        s.events.push_back(framed);
+        s.done = last;
+        // The window: the oldest events go (the newest, possibly the final one, stays).
+        while s.events.len() > self.limits.max_events
+            || (s.bytes > self.limits.max_bytes && s.events.len() > 1)
+        {
+            if let Some(old) = s.events.pop_front() {
+                s.bytes -= old.len();
+                if s.first_seq > s.read_up_to {
+                    s.unread_bytes = s.unread_bytes.saturating_sub(old.len());
+                }
+                s.first_seq += 1;
+            }
+        }
+    }
+
+    fn mirror(&self, seq: u64, framed: &Bytes, last: bool, droppable: bool) {
+        if let Some(m) = self.mirror.get() {
+            let event = Mirrored {
+                seq,
+                framed: framed.clone(),
+                last,
+            };
+            m.send(event, droppable);
+        }
     }
 }
 
@@ -279,165 +470,6 @@ fn push_data(buf: &mut BytesMut, message: &[u8]) {
     buf.put_slice(b"\n\n");
 }
 
-/// Why a tailing body ends early.
-pub struct TailEnd {
-    /// Comment sent on idle streams.
-    pub keep_alive: Bytes,
-    pub keep_alive_every: Duration,
-    /// Flips to true when the replica shuts down: the body ends with a `retry` hint so the
-    /// client reconnects (to another replica) and resumes.
-    pub shutdown: watch::Receiver<bool>,
-    /// Called on every keep-alive (e.g. to refresh a claim on the stream).
-    pub on_keep_alive: Option<Box<dyn Fn() + Send + Sync>>,
-}
-
-/// The SSE body of a stream: every event after `after`, then new ones as they are recorded,
-/// until the stream is done, the reader falls behind the log, or the replica shuts down.
-pub fn tail(
-    log: Arc<StreamLog>,
-    after: u64,
-    end: TailEnd,
-) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
-    log.readers.fetch_add(1, Ordering::AcqRel);
-    crate::metrics::get()
-        .sse_streams
-        .with_label_values(&[log.kind.label()])
-        .inc();
-    let guard = ReaderGuard(log.clone());
-    let state = (guard, after, end, Vec::<Bytes>::new(), false);
-    futures_util::stream::unfold(
-        state,
-        |(guard, mut after, mut end, mut buf, finished)| async move {
-            if finished {
-                return None;
-            }
-            let log = guard.0.clone();
-            loop {
-                if let Some(b) = buf.pop() {
-                    return Some((Ok(b), (guard, after, end, buf, false)));
-                }
-                let notified = log.notify.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                let mut fresh = Vec::new();
-                match log.read_after(&mut after, &mut fresh) {
-                    Read::Some => {
-                        // Coalesce what is ready into one chunk: fewer writes, same bytes.
-                        let mut chunk = BytesMut::with_capacity(fresh.iter().map(Bytes::len).sum());
-                        for e in &fresh {
-                            chunk.put_slice(e);
-                        }
-                        buf.push(chunk.freeze());
-                        continue;
-                    }
-                    Read::Done => return None,
-                    Read::Gap => {
-                        tracing::warn!(stream = %log.id, "a client fell behind the stream's event log; stream closed (events were dropped)");
-                        return None;
-                    }
-                    Read::Nothing => {}
-                }
-                if *end.shutdown.borrow() {
-                    // Polling hand-off: tell the client when to come back, then close.
-                    return Some((
-                        Ok(Bytes::from_static(b"retry: 500\n\n")),
-                        (guard, after, end, buf, true),
-                    ));
-                }
-                tokio::select! {
-                    _ = &mut notified => {}
-                    _ = tokio::time::sleep(end.keep_alive_every) => {
-                        if let Some(f) = &end.on_keep_alive {
-                            f();
-                        }
-                        let ka = end.keep_alive.clone();
-                        return Some((Ok(ka), (guard, after, end, buf, false)));
-                    }
-                    _ = end.shutdown.changed() => {}
-                }
-            }
-        },
-    )
-}
-
-struct ReaderGuard(Arc<StreamLog>);
-
-impl Drop for ReaderGuard {
-    fn drop(&mut self) {
-        self.0.readers.fetch_sub(1, Ordering::AcqRel);
-        crate::metrics::get()
-            .sse_streams
-            .with_label_values(&[self.0.kind.label()])
-            .dec();
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    fn log(max_events: usize) -> StreamLog {
-        StreamLog::new(
-            StreamId::from("abcd1234-1"),
-            StreamKind::Post,
-            LogLimits {
-                max_events,
-                max_bytes: 1 << 20,
-            },
-        )
-    }
-
-    #[test]
-    fn events_are_framed_with_their_id_and_read_after_a_position() {
-        let l = log(10);
-        assert!(l.append(b"{\"a\":1}", false));
-        assert!(l.append(b"{\n\"b\":2}", true));
-        assert!(!l.append(b"{}", false), "nothing after the last event");
-        let mut out = Vec::new();
-        let mut at = 0;
-        assert_eq!(l.read_after(&mut at, &mut out), Read::Some);
-        assert_eq!(at, 2);
-        assert_eq!(&out[0][..], b"id: abcd1234-1.1\ndata: {\"a\":1}\n\n");
-        assert_eq!(&out[1][..], b"id: abcd1234-1.2\ndata: { \"b\":2}\n\n");
-        let mut out = Vec::new();
-        let mut at = 1;
-        assert_eq!(l.read_after(&mut at, &mut out), Read::Some);
-        assert_eq!(out.len(), 1);
-        assert_eq!(l.read_after(&mut at, &mut out), Read::Done);
-    }
-
-    #[test]
-    fn a_reader_behind_the_window_gets_a_gap() {
-        let l = log(3);
-        for i in 0..5 {
-            l.append(format!("{{\"n\":{i}}}").as_bytes(), false);
-        }
-        let mut out = Vec::new();
-        assert_eq!(l.read_after(&mut 0, &mut out), Read::Gap);
-        assert_eq!(l.read_after(&mut 1, &mut out), Read::Gap);
-        let mut at = 2;
-        assert_eq!(l.read_after(&mut at, &mut out), Read::Some);
-        assert_eq!(out.len(), 3);
-        assert_eq!(l.read_after(&mut at, &mut out), Read::Nothing);
-        assert!(l.has_issued(5) && !l.has_issued(6));
-    }
-
-    #[test]
-    fn legacy_events_are_named_message_without_ids() {
-        let l = StreamLog::legacy(StreamId::from("abcd1234-l"));
-        assert!(l.append(b"{\"a\":\n1}", false));
-        let mut out = Vec::new();
-        assert_eq!(l.read_after(&mut 0, &mut out), Read::Some);
-        assert_eq!(&out[0][..], b"event: message\ndata: {\"a\": 1}\n\n");
-    }
-
-    #[test]
-    fn priming_event_has_empty_data_and_retry() {
-        let l = log(3);
-        assert_eq!(l.prime(Duration::from_millis(1500)), Some(1));
-        let mut out = Vec::new();
-        l.read_after(&mut 0, &mut out);
-        assert_eq!(&out[0][..], b"id: abcd1234-1.1\nretry: 1500\ndata: \n\n");
-    }
-}
+#[path = "log_tests.rs"]
+mod tests;

@@ -1,10 +1,13 @@
 //! Resumable SSE: event ids that name their stream, the bounded per-session record of every
 //! stream's events (`SessionEvents` of `StreamLog`s), and the SSE body that replays and then
 //! follows a stream (`tail`). Every message the gateway sends on an SSE stream is recorded
-//! here first, so a client that reconnects with `Last-Event-ID` gets exactly what it missed.
+//! here first, so a client that reconnects with `Last-Event-ID` gets what it missed: all of
+//! it, unless a flood of notifications outran it (then the responses, the requests, the
+//! latest progress and what the bounds keep).
 
 mod log;
 mod remote;
+mod tail;
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -14,8 +17,9 @@ use std::sync::{Arc, Mutex};
 use crate::cluster::RedisEvents;
 use crate::session::SessionKey;
 
-pub use log::{LogLimits, Read, StreamKind, StreamLog, TailEnd, tail};
+pub use log::{LogLimits, MessageKind, Read, StreamKind, StreamLog};
 pub use remote::{join, remote_tail};
+pub use tail::{TailEnd, tail};
 
 /// A stream's id: `<replica>-<n>`, unique within the session across replicas and restarts
 /// (replica ids are random per process).

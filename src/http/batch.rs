@@ -19,7 +19,7 @@ use tracing::Instrument;
 use super::{endpoint, headers, sse};
 use crate::auth::Principal;
 use crate::error::GatewayError;
-use crate::events::{self, StreamKind};
+use crate::events::{self, MessageKind, StreamKind};
 use crate::gateway::Gateway;
 use crate::jsonrpc::{self, Message, ParseError};
 use crate::protocol::ProtocolVersion;
@@ -37,7 +37,7 @@ enum Answer {
     /// A request's complete response.
     Done(Bytes),
     /// A request whose first message came before its response; the rest follows.
-    Streaming(Bytes, Box<ForwardStream>),
+    Streaming(Bytes, MessageKind, Box<ForwardStream>),
 }
 
 /// Serves a POST whose body is a batch.
@@ -108,7 +108,9 @@ async fn member(
                 Ok(Reply::Json(body)) => Answer::Done(body),
                 Ok(Reply::Stream(mut stream)) => match stream.next().await {
                     Some(StreamItem::Final(body)) => Answer::Done(body),
-                    Some(StreamItem::Message(first)) => Answer::Streaming(first, Box::new(stream)),
+                    Some(StreamItem::Message(first, kind)) => {
+                        Answer::Streaming(first, kind, Box::new(stream))
+                    }
                     Some(StreamItem::Cancelled) | None => {
                         Answer::Done(GatewayError::Cancelled.to_jsonrpc(Some(req.id)))
                     }
@@ -159,15 +161,18 @@ fn respond(gateway: &Gateway, session: &Arc<LiveSession>, answers: Vec<Answer>) 
     let log = session.events.open(StreamKind::Post);
     endpoint::prime(session, &log);
     let mut running = FuturesUnordered::new();
+    // Each streaming member's progress is kept apart (by its number) when the log coalesces.
+    let mut member = 0u32;
     for answer in answers {
         match answer {
             Answer::Nothing => {}
             Answer::Invalid(b) | Answer::Done(b) => {
                 log.append(&b, false);
             }
-            Answer::Streaming(first, stream) => {
-                log.append(&first, false);
-                running.push(next_of(*stream));
+            Answer::Streaming(first, kind, stream) => {
+                log.record(&first, kind, member);
+                running.push(next_of(member, *stream));
+                member += 1;
             }
         }
     }
@@ -177,11 +182,11 @@ fn respond(gateway: &Gateway, session: &Arc<LiveSession>, answers: Vec<Answer>) 
     // with the last request's response.
     let pump = async move {
         let _guard = guard;
-        while let Some((item, stream)) = running.next().await {
+        while let Some((item, member, stream)) = running.next().await {
             match item {
-                Some(StreamItem::Message(b)) => {
-                    pump_log.append(&b, false);
-                    running.push(next_of(stream));
+                Some(StreamItem::Message(b, kind)) => {
+                    pump_log.record(&b, kind, member);
+                    running.push(next_of(member, stream));
                 }
                 Some(StreamItem::Final(b)) => {
                     pump_log.append(&b, running.is_empty());
@@ -200,8 +205,11 @@ fn respond(gateway: &Gateway, session: &Arc<LiveSession>, answers: Vec<Answer>) 
     )))
 }
 
-/// The next item of a forwarded request, with the stream to read on.
-async fn next_of(mut stream: ForwardStream) -> (Option<StreamItem>, ForwardStream) {
+/// The next item of batch member `member`'s forwarded request, with the stream to read on.
+async fn next_of(
+    member: u32,
+    mut stream: ForwardStream,
+) -> (Option<StreamItem>, u32, ForwardStream) {
     let item = stream.next().await;
-    (item, stream)
+    (item, member, stream)
 }

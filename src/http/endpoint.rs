@@ -21,7 +21,7 @@ use crate::jsonrpc::{self, Message, ParseError};
 use crate::protocol::ProtocolVersion;
 use crate::protocol::header as mcp;
 use crate::router::{self, Reply};
-use crate::session::{ClientTransport, LiveSession};
+use crate::session::{ClientTransport, GetSlot, LiveSession};
 use crate::telemetry;
 use crate::tenant::Tenant;
 use crate::upstream::{ForwardStream, StreamItem};
@@ -30,6 +30,8 @@ use crate::upstream::{ForwardStream, StreamItem};
 pub(super) const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
 /// The reconnection delay suggested to clients in priming events.
 const RECONNECT_AFTER: Duration = Duration::from_millis(1000);
+/// How long a GET that arrives before `notifications/initialized` waits for it.
+const HANDSHAKE_GRACE: Duration = Duration::from_secs(2);
 
 /// Entry point for a request whose path is a tenant's endpoint, from an admitted caller. Each
 /// exchange runs in a request span (logs' context, and the server span of a trace).
@@ -346,10 +348,10 @@ async fn respond_stream(
     match stream.next().await {
         Some(StreamItem::Final(body)) => json(body),
         Some(StreamItem::Cancelled) | None => GatewayError::Cancelled.into_response(Some(id)),
-        Some(StreamItem::Message(first)) => {
+        Some(StreamItem::Message(first, kind)) => {
             let log = session.events.open(StreamKind::Post);
             prime(session, &log);
-            log.append(&first, false);
+            log.record(&first, kind, 0);
             let pump_log = log.clone();
             let guard = gateway.pump_started();
             // The pump carries the request span: it ends with the stream, not the headers.
@@ -357,8 +359,8 @@ async fn respond_stream(
                 let _guard = guard;
                 loop {
                     match stream.next().await {
-                        Some(StreamItem::Message(b)) => {
-                            pump_log.append(&b, false);
+                        Some(StreamItem::Message(b, kind)) => {
+                            pump_log.record(&b, kind, 0);
                         }
                         Some(StreamItem::Final(b)) => {
                             pump_log.append(&b, true);
@@ -369,6 +371,10 @@ async fn respond_stream(
                             break;
                         }
                     }
+                }
+                let dropped = pump_log.dropped();
+                if dropped > 0 {
+                    tracing::info!(stream = %pump_log.id, dropped, "a stream's client fell behind: notifications were dropped or coalesced (the response was kept)");
                 }
             };
             tokio::spawn(pump.instrument(tracing::Span::current()));
@@ -410,30 +416,37 @@ async fn get(
     headers::check_get_accept(&parts.headers)?;
     headers::protocol_version(&parts.headers)?;
     let session = session_of(gateway, tenant, parts, &principal.user).await?;
-    // Resumption: the events after `Last-Event-ID` on the stream it names, then live.
+    // Held by the response body: the connection counts until the client or the stream ends it
+    // (and while it waits for the handshake below, so waiting GETs are bounded too).
+    let slot = session.get_slot().ok_or(GatewayError::TooManyStreams {
+        limit: session.max_get_streams(),
+    })?;
+    // Before `notifications/initialized` the client has not said it is ready for the
+    // server's messages, and it has no stream to resume: 400 (not 405, which would tell it
+    // this endpoint never offers a GET stream). Clients that send both at once (the Python
+    // SDK opens its GET as it posts the notification) get a moment's grace.
+    if !session.initialized_within(HANDSHAKE_GRACE).await
+        && !session_of(gateway, tenant, parts, &principal.user)
+            .await?
+            .is_initialized()
+    {
+        return Err(GatewayError::StreamBeforeInitialized);
+    }
+    // Resumption: the events after `Last-Event-ID` on the stream it names (those its bounds
+    // still hold, if the client fell far behind), then live.
     if let Some(last) = headers::last_event_id(&parts.headers)? {
         let id = EventId::parse(last);
-        let gap = || {
-            GatewayError::BadHeader(format!(
-                "Last-Event-ID {last}: the events after it were dropped (the client fell more than {} events behind); the stream cannot be resumed",
-                events::LogLimits::default().max_events
-            ))
-        };
         match id
             .as_ref()
             .and_then(|id| Some((session.events.find(id)?, id.seq)))
         {
-            Some((log, after)) if log.dropped_after(after) => return Err(gap()),
             Some((log, after)) if log.kind == StreamKind::Post => {
-                return Ok(sse::response(Body::from_stream(events::tail(
-                    log,
-                    after,
-                    tail_end(gateway, None),
-                ))));
+                let events = events::tail(log, after, tail_end(gateway, None));
+                return Ok(sse::response(held(events, slot)));
             }
             Some((log, after)) if !log.is_done() => {
                 session.use_get_stream(log.clone());
-                return open_get(gateway, tenant, &session, log, after, None).await;
+                return open_get(gateway, tenant, &session, log, after, None, slot).await;
             }
             _ => {}
         }
@@ -441,18 +454,19 @@ async fn get(
         if let (Some(id), Some(redis)) = (id, gateway.bus.events.clone()) {
             let stream = id.stream.as_str().to_owned();
             match redis.read_after(&session.key, &stream, id.seq).await {
-                Ok(Some(first)) if first.gap => return Err(gap()),
                 Ok(Some(first)) if id.stream.kind() == Some(StreamKind::Post) => {
-                    return Ok(sse::response(Body::from_stream(events::remote_tail(
+                    let events = events::remote_tail(
                         redis,
                         session.key.clone(),
                         stream,
                         first,
                         tail_end(gateway, None),
-                    ))));
+                    );
+                    return Ok(sse::response(held(events, slot)));
                 }
                 Ok(Some(first)) => {
-                    return take_over_get(gateway, tenant, &session, &redis, &stream, first).await;
+                    return take_over_get(gateway, tenant, &session, &redis, &stream, first, slot)
+                        .await;
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -465,7 +479,19 @@ async fn get(
     }
     let log = session.open_get_stream();
     prime(&session, &log);
-    open_get(gateway, tenant, &session, log, 0, None).await
+    open_get(gateway, tenant, &session, log, 0, None, slot).await
+}
+
+/// A GET connection's body: `events`, with the connection's slot among its session's held
+/// until the body is dropped.
+fn held<S>(events: S, slot: GetSlot) -> Body
+where
+    S: futures_util::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static,
+{
+    Body::from_stream(futures_util::StreamExt::map(events, move |chunk| {
+        let _slot = &slot;
+        chunk
+    }))
 }
 
 /// Resumes, on this replica, a GET stream another replica served: this replica becomes the
@@ -478,6 +504,7 @@ async fn take_over_get(
     redis: &crate::cluster::RedisEvents,
     stream: &str,
     mut replayed: crate::cluster::Replayed,
+    slot: GetSlot,
 ) -> Result<Response<Body>, GatewayError> {
     let log = session.open_get_stream();
     if let Err(e) = gateway.bus.claim_get_stream(&session.key).await {
@@ -518,6 +545,7 @@ async fn take_over_get(
         log,
         0,
         events::join(&replayed.events),
+        slot,
     )
     .await
 }
@@ -530,6 +558,7 @@ async fn open_get(
     log: Arc<StreamLog>,
     after: u64,
     replayed: Option<Bytes>,
+    slot: GetSlot,
 ) -> Result<Response<Body>, GatewayError> {
     // Messages produced on other replicas are sent to the replica that holds the stream.
     if let Err(e) = gateway.bus.claim_get_stream(&session.key).await {
@@ -547,8 +576,9 @@ async fn open_get(
     };
     let live = events::tail(log, after, tail_end(gateway, Some(claim)));
     let first = futures_util::stream::iter(replayed.map(Ok::<_, std::convert::Infallible>));
-    Ok(sse::response(Body::from_stream(
+    Ok(sse::response(held(
         futures_util::StreamExt::chain(first, live),
+        slot,
     )))
 }
 

@@ -424,7 +424,7 @@ fn answer(
             Ok(Reply::Stream(mut stream)) => {
                 while let Some(item) = stream.next().await {
                     match item {
-                        StreamItem::Message(b) => send(&session, b),
+                        StreamItem::Message(b, _) => send(&session, b),
                         StreamItem::Final(b) => {
                             send(&session, b);
                             break;

@@ -342,7 +342,7 @@ impl Exchange {
                     let e = GatewayError::Cancelled;
                     return Step::Done(e.to_jsonrpc(Some(&self.id)), e.status());
                 }
-                Some(StreamItem::Message(m)) => {
+                Some(StreamItem::Message(m, _)) => {
                     if let Some(q) = mrtr::question(&m) {
                         let (body, status) = self.ask(stream, q).await;
                         return Step::Done(body, status);
@@ -362,7 +362,7 @@ impl Exchange {
         loop {
             match tokio::time::timeout(GATHER, stream.next()).await {
                 Err(_) => break,
-                Ok(Some(StreamItem::Message(m))) => {
+                Ok(Some(StreamItem::Message(m, _))) => {
                     if let Some(q) = mrtr::question(&m) {
                         questions.push(q);
                     }
@@ -609,7 +609,7 @@ async fn listen(
             params: Some(&params),
         };
         match router::handle_request(tenant, session, principal, &subscribe).await {
-            Ok(Reply::Stream(mut s)) => while let Some(StreamItem::Message(_)) = s.next().await {},
+            Ok(Reply::Stream(mut s)) => while let Some(StreamItem::Message(..)) = s.next().await {},
             Ok(Reply::Json(_)) => {}
             Err(e) => {
                 tracing::debug!(uri = %uri, error = %e, "resource subscription not made upstream")

@@ -2,6 +2,7 @@
 //! merging of upstream capabilities into the one server the gateway presents.
 
 pub mod capabilities;
+pub mod client_requests;
 pub mod lists;
 pub mod method;
 pub mod modern;

@@ -82,7 +82,8 @@ pub async fn initialize(
         params.client_info,
         gateway.bus.clone(),
     )
-    .on_transport(transport);
+    .on_transport(transport)
+    .with_bounds(gateway.session_bounds);
     if let Some(log) = stream {
         session.use_get_stream(log);
     }

@@ -66,7 +66,8 @@ pub async fn session_for(
         bridged_capabilities(),
         client_info,
         gateway.bus.clone(),
-    );
+    )
+    .with_bounds(gateway.session_bounds);
     let session = match open_session(gateway, tenant, Arc::new(session)).await {
         Ok((session, _, _)) => session,
         // Another replica opened it at the same time (the id is the same on every replica).

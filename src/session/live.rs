@@ -3,35 +3,29 @@
 //! client's answer, and the client's GET stream.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use super::server_requests::ServerRequests;
+pub use super::server_requests::{ProgressMapping, ServerRequestRoute};
 use super::{ClientTransport, SessionKey, SessionRecord, UpstreamSessionRecord};
-use crate::cluster::{Bus, BusMessage};
-use crate::events::{EventLimits, SessionEvents, StreamKind, StreamLog};
+use crate::cluster::Bus;
+use crate::config::SessionBounds;
+use crate::error::ServerRequestRefusal;
+use crate::events::{EventLimits, SessionEvents, StreamLog};
 use crate::jsonrpc::{self, OwnedId, RawObject};
 use crate::protocol::ProtocolVersion;
 use crate::upstream::{Connection, Ending, UpstreamId};
 use bytes::Bytes;
 use serde_json::Value;
 use serde_json::value::RawValue;
+pub use streams::GetSlot;
 
-/// `(token the client sees, the upstream's own progressToken)`.
-pub type ProgressMapping = (Box<str>, Box<RawValue>);
-
-/// Where the client's answer to a server-to-client request goes.
-pub struct ServerRequestRoute {
-    pub connection: Weak<Connection>,
-    /// The id the upstream used, echoed back verbatim.
-    pub upstream_id: OwnedId,
-    /// `(token the client sees, the upstream's own progressToken)` when the request asked for
-    /// progress: the client's progress notifications are routed back with the original token.
-    pub progress: Option<ProgressMapping>,
-    /// Set when the gateway itself asked (the retry dance in front of a stateless upstream):
-    /// the client's answer goes here, by `upstream_id`'s text, instead of to the upstream.
-    pub answer_to: Option<tokio::sync::mpsc::UnboundedSender<crate::upstream::Answer>>,
-}
+/// The client's GET stream: opening, replacing, delivering to it (here or on the replica
+/// holding it), `subscriptions/listen` listeners, and the count of GET connections.
+#[path = "live_streams.rs"]
+mod streams;
 
 /// Where a forwarded client request went: the connection and the upstream-side id.
 pub type InflightRoute = (Arc<Connection>, u64);
@@ -59,21 +53,29 @@ pub struct LiveSession {
     /// Hash of `client_capabilities`: sessions with equal capabilities share cached lists.
     pub capabilities_fingerprint: u64,
     initialized: AtomicBool,
+    /// Woken when the session becomes initialized (a GET stream may be waiting for it).
+    handshake: tokio::sync::Notify,
     /// One slot per upstream the session has used. A handful at most, behind the session's own
     /// lock; keyed by upstream identity, so a config reload that adds, removes or reorders
     /// upstreams leaves the others' links alone.
     links: Mutex<Vec<LinkSlot>>,
     /// Client request id (raw JSON text) → where it was forwarded.
     inflight: Mutex<HashMap<Box<str>, InflightRoute>>,
-    /// Client-facing id (raw JSON text) of a server-to-client request → its upstream.
-    server_requests: Mutex<HashMap<Box<str>, ServerRequestRoute>>,
+    /// Server-to-client requests waiting for the client's answer, by client-facing id (raw
+    /// JSON text): bounded, each expiring.
+    server_requests: ServerRequests,
     next_server_request: AtomicU64,
+    /// GET (SSE) connections open now on this replica, and how many may be.
+    get_connections: Arc<AtomicUsize>,
+    max_get_streams: usize,
+    /// Deliveries to another replica's GET stream in flight (bounded for notifications).
+    remote_deliveries: Arc<AtomicUsize>,
     /// The log of the current GET stream: unsolicited messages are recorded there, for the
     /// client listening now or resuming later.
     get_stream: Mutex<Option<Arc<StreamLog>>>,
     /// Open `subscriptions/listen` streams (stateless clients): unsolicited messages go to
-    /// each of them as well.
-    listeners: Mutex<Vec<tokio::sync::mpsc::UnboundedSender<Bytes>>>,
+    /// each of them as well (a full queue drops notifications for that listener).
+    listeners: Mutex<Vec<tokio::sync::mpsc::Sender<Bytes>>>,
     /// Every SSE stream of the session on this replica, recorded for resumption.
     pub events: SessionEvents,
     /// Last client activity, for idle expiry of the live state.
@@ -120,10 +122,17 @@ impl LiveSession {
             client_capabilities,
             client_info,
             initialized: AtomicBool::new(false),
+            handshake: tokio::sync::Notify::new(),
             links: Mutex::default(),
             inflight: Mutex::default(),
-            server_requests: Mutex::default(),
+            server_requests: ServerRequests::new(
+                SessionBounds::default().max_server_requests,
+                SessionBounds::default().server_request_timeout,
+            ),
             next_server_request: AtomicU64::new(1),
+            get_connections: Arc::default(),
+            max_get_streams: SessionBounds::default().max_get_streams,
+            remote_deliveries: Arc::default(),
             get_stream: Mutex::new(None),
             listeners: Mutex::default(),
             events: SessionEvents::new(
@@ -148,6 +157,14 @@ impl LiveSession {
     /// The session as opened on `transport` (Streamable HTTP unless said otherwise).
     pub fn on_transport(mut self, transport: ClientTransport) -> LiveSession {
         self.transport = transport;
+        self
+    }
+
+    /// The session under `bounds` (the config's; the defaults otherwise).
+    pub fn with_bounds(mut self, bounds: SessionBounds) -> LiveSession {
+        self.server_requests =
+            ServerRequests::new(bounds.max_server_requests, bounds.server_request_timeout);
+        self.max_get_streams = bounds.max_get_streams;
         self
     }
 
@@ -240,12 +257,26 @@ impl LiveSession {
     pub fn mark_initialized(&self) {
         if !self.initialized.swap(true, Ordering::AcqRel) {
             self.mark_dirty();
+            self.handshake.notify_waiters();
         }
     }
 
     /// Initialized elsewhere (the stored record says so): nothing to write back.
     pub fn adopt_initialized(&self) {
         self.initialized.store(true, Ordering::Release);
+        self.handshake.notify_waiters();
+    }
+
+    /// Whether the session is initialized, or becomes so on this replica within `limit`.
+    pub async fn initialized_within(&self, limit: std::time::Duration) -> bool {
+        let woken = self.handshake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        if self.is_initialized() {
+            return true;
+        }
+        let _ = tokio::time::timeout(limit, woken).await;
+        self.is_initialized()
     }
 
     pub fn touch(&self) {
@@ -407,15 +438,42 @@ impl LiveSession {
 
     // ---- Server-to-client requests
 
-    /// Records a request from an upstream and returns the id the client will see.
-    pub fn register_server_request(&self, route: ServerRequestRoute) -> OwnedId {
+    /// Whether the client declared what upstream request `method` with `params` needs. A
+    /// stateless (2026-07-28) session's requests say what their client can do one by one:
+    /// the multi round-trip bridge checks those (`router::mrtr`).
+    pub fn accepts_server_request(
+        &self,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<(), ServerRequestRefusal> {
+        use crate::protocol::client_requests::{Missing, check};
+        if self.protocol_version.is_stateless() {
+            return Ok(());
+        }
+        check(&self.client_capabilities, method, params).map_err(|missing| match missing {
+            Missing::Capability(capability) => ServerRequestRefusal::NotDeclared {
+                method: method.to_owned(),
+                capability,
+            },
+            Missing::Feature(feature) => ServerRequestRefusal::FeatureNotDeclared {
+                method: method.to_owned(),
+                feature,
+            },
+        })
+    }
+
+    /// Records a request from an upstream and returns the id the client will see; refused
+    /// when the session has its limit of requests waiting for the client already. Unanswered,
+    /// it expires (the upstream gets an error).
+    pub fn register_server_request(
+        &self,
+        route: ServerRequestRoute,
+    ) -> Result<OwnedId, ServerRequestRefusal> {
         let n = self.next_server_request.fetch_add(1, Ordering::Relaxed);
         // The replica is in the id: the client's answer may reach any replica.
         let id = jsonrpc::raw_string(&format!("sy-{}-{n}", self.bus.replica));
-        if let Ok(mut m) = self.server_requests.lock() {
-            m.insert(id.get().into(), route);
-        }
-        id
+        self.server_requests.insert(id.get(), route)?;
+        Ok(id)
     }
 
     /// Replaces `_meta.progressToken` of a server-to-client request's params with a token of
@@ -441,8 +499,7 @@ impl LiveSession {
     /// Where a client progress notification for `token` (raw JSON text) goes: the upstream
     /// connection and its original token.
     pub fn server_progress_route(&self, token: &str) -> Option<(Arc<Connection>, Box<RawValue>)> {
-        let m = self.server_requests.lock().ok()?;
-        m.values().find_map(|r| {
+        self.server_requests.find_map(|r| {
             let (mine, original) = r.progress.as_ref()?;
             (&**mine == token).then(|| Some((r.connection.upgrade()?, original.clone())))?
         })
@@ -450,7 +507,7 @@ impl LiveSession {
 
     /// The route for the client's answer to `client_id` (raw JSON text), removed.
     pub fn take_server_request(&self, client_id: &str) -> Option<ServerRequestRoute> {
-        self.server_requests.lock().ok()?.remove(client_id)
+        self.server_requests.take(client_id)
     }
 
     /// Removes the request the upstream itself cancelled; returns the client-facing id.
@@ -459,120 +516,18 @@ impl LiveSession {
         conn: &Arc<Connection>,
         upstream_id: &str,
     ) -> Option<OwnedId> {
-        let mut m = self.server_requests.lock().ok()?;
-        let key = m
-            .iter()
-            .find(|(_, r)| {
-                r.upstream_id.get() == upstream_id
-                    && r.connection
-                        .upgrade()
-                        .is_some_and(|c| Arc::ptr_eq(&c, conn))
-            })
-            .map(|(k, _)| k.clone())?;
-        m.remove(&key);
+        let (key, _) = self.server_requests.take_where(|r| {
+            r.upstream_id.get() == upstream_id
+                && r.connection
+                    .upgrade()
+                    .is_some_and(|c| Arc::ptr_eq(&c, conn))
+        })?;
         RawValue::from_string(key.into_string()).ok()
     }
 
-    // ---- The client's GET stream
-
-    /// Opens a new GET stream, replacing (and so ending) an older one.
-    pub fn open_get_stream(&self) -> Arc<StreamLog> {
-        let log = self.events.open(StreamKind::Get);
-        self.use_get_stream(log.clone());
-        log
-    }
-
-    /// Makes `log` (a resumed GET stream) the current one, ending any other.
-    pub fn use_get_stream(&self, log: Arc<StreamLog>) {
-        if let Ok(mut g) = self.get_stream.lock()
-            && let Some(old) = g.replace(log.clone())
-            && !Arc::ptr_eq(&old, &log)
-        {
-            old.finish();
-        }
-    }
-
-    /// Another replica took the GET stream over: end ours, so messages produced here go to the
-    /// holder from now on.
-    pub fn release_get_stream(&self) {
-        if let Some(old) = self.get_stream.lock().ok().and_then(|mut g| g.take()) {
-            old.finish();
-        }
-    }
-
-    /// Whether `log` is the session's GET stream now.
-    pub fn streams_to(&self, log: &Arc<StreamLog>) -> bool {
-        self.get_stream
-            .lock()
-            .ok()
-            .is_some_and(|g| g.as_ref().is_some_and(|l| Arc::ptr_eq(l, log)))
-    }
-
-    /// Whether a client is listening on the GET stream right now.
-    pub fn has_get_stream(&self) -> bool {
-        self.get_stream
-            .lock()
-            .ok()
-            .is_some_and(|g| g.as_ref().is_some_and(|l| !l.is_done() && l.readers() > 0))
-    }
-
-    /// Sends an unsolicited message on the GET stream: this replica's, else (clustered) the
-    /// one of the replica holding it. `false` when there is surely none.
-    pub fn deliver_unsolicited(&self, bytes: Bytes) -> bool {
-        self.deliver_or(bytes, || {})
-    }
-
-    /// Like [`LiveSession::deliver_unsolicited`]; `undeliverable` runs if no replica turns out
-    /// to hold a GET stream (after the lookup, for remote delivery).
-    pub fn deliver_or(&self, bytes: Bytes, undeliverable: impl FnOnce() + Send + 'static) -> bool {
-        if self.deliver_local(bytes.clone()) {
-            return true;
-        }
-        if !self.bus.is_clustered() {
-            return false;
-        }
-        let (bus, key) = (self.bus.clone(), self.key.clone());
-        tokio::spawn(async move {
-            let holder = bus.get_stream_holder(&key).await.ok().flatten();
-            match holder {
-                Some(replica) if replica != *bus.replica => {
-                    let message = BusMessage::Deliver {
-                        to: (&key).into(),
-                        message: String::from_utf8_lossy(&bytes).into_owned(),
-                    };
-                    if let Err(e) = bus.send_to(&replica, &message).await {
-                        tracing::warn!(error = %e, "message for another replica's stream not sent");
-                        undeliverable();
-                    }
-                }
-                _ => undeliverable(),
-            }
-        });
-        true
-    }
-
-    /// Records a message on this replica's GET stream (sent now to a listening client, or on
-    /// resumption); `false` when the session has no open GET stream here.
-    pub fn deliver_local(&self, bytes: Bytes) -> bool {
-        let mut heard = false;
-        if let Ok(mut listeners) = self.listeners.lock()
-            && !listeners.is_empty()
-        {
-            listeners.retain(|l| l.send(bytes.clone()).is_ok());
-            heard = !listeners.is_empty();
-        }
-        let log = self.get_stream.lock().ok().and_then(|g| g.clone());
-        log.is_some_and(|l| l.append(&bytes, false)) || heard
-    }
-
-    /// A new `subscriptions/listen` stream: it receives every unsolicited message from now
-    /// until it is dropped.
-    pub fn add_listener(&self) -> tokio::sync::mpsc::UnboundedReceiver<Bytes> {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        if let Ok(mut listeners) = self.listeners.lock() {
-            listeners.push(tx);
-        }
-        rx
+    /// Server-to-client requests waiting for the client's answer now.
+    pub fn server_requests_waiting(&self) -> usize {
+        self.server_requests.len()
     }
 
     // ---- End of life
@@ -611,6 +566,12 @@ impl LiveSession {
             .lock()
             .map(|mut m| m.drain().map(|(_, v)| v).collect())
             .unwrap_or_default();
+        // Upstreams waiting for this client's answers are told now, not at their expiry.
+        for route in self.server_requests.drain() {
+            tokio::spawn(async move {
+                crate::upstream::refuse(route, &ServerRequestRefusal::SessionEnded).await;
+            });
+        }
         for (conn, id) in inflight {
             // Shared connections outlive the session: stop its requests there explicitly.
             conn.cancel(id, "the client session ended");
@@ -660,6 +621,35 @@ mod tests {
         // Params without a token are left alone.
         let plain = RawValue::from_string(r#"{"messages":[]}"#.to_owned()).unwrap();
         assert!(s.rewrite_server_progress(&plain).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_listener_that_does_not_read_holds_a_bounded_queue_and_stays() {
+        let s = session();
+        let mut rx = s.add_listener();
+        for _ in 0..1000 {
+            assert!(s.deliver_unsolicited(bytes::Bytes::from_static(b"{}")));
+        }
+        let mut queued = 0;
+        while rx.try_recv().is_ok() {
+            queued += 1;
+        }
+        assert_eq!(queued, 256);
+        assert!(s.deliver_unsolicited(bytes::Bytes::from_static(b"{}")));
+        assert!(rx.try_recv().is_ok(), "still listening once it read");
+    }
+
+    #[test]
+    fn get_connections_are_counted_and_bounded() {
+        let s = session().with_bounds(SessionBounds {
+            max_get_streams: 2,
+            ..SessionBounds::default()
+        });
+        let a = s.get_slot().expect("first");
+        let _b = s.get_slot().expect("second");
+        assert!(s.get_slot().is_none(), "a third is refused");
+        drop(a);
+        assert!(s.get_slot().is_some(), "a closed one makes room");
     }
 
     #[test]

@@ -6,10 +6,11 @@ mod legacy;
 mod live;
 pub mod memory;
 mod record;
+mod server_requests;
 mod store;
 
 pub use id::{HashedId, SessionId};
 pub use legacy::LegacyStreams;
-pub use live::{LiveSession, ServerRequestRoute};
+pub use live::{GetSlot, LiveSession, ServerRequestRoute};
 pub use record::{ClientTransport, SessionRecord, UpstreamSessionRecord};
 pub use store::{SessionBackend, SessionKey, SessionStore, StoreError};

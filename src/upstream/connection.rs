@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use dashmap::DashMap;
 use serde_json::value::RawValue;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use super::handshake::{InitParams, UpstreamServer};
@@ -17,7 +17,7 @@ use super::http::{HttpLink, McpHeaders};
 use super::legacy_sse::SseLink;
 use super::stdio::StdioLink;
 use super::{StreamEvent, UpstreamInfo};
-use crate::error::GatewayError;
+use crate::error::{GatewayError, ServerRequestRefusal};
 use crate::jsonrpc::{self, Message, Notification, Outcome, OwnedId, RawObject, Request};
 use crate::protocol::param_headers::ParamHeaders;
 use crate::protocol::rewrite::{self, ResultShape};
@@ -69,7 +69,7 @@ enum Pending {
 }
 
 pub(super) struct ForwardSlot {
-    pub(super) sink: mpsc::UnboundedSender<StreamEvent>,
+    pub(super) sink: super::sink::EventSink,
     pub(super) client_id: OwnedId,
     /// The client's own `progressToken`, restored on progress notifications.
     client_token: Option<Box<RawValue>>,
@@ -312,7 +312,7 @@ impl Connection {
     /// call's span (to be held until the answer). The client's `progressToken` is replaced by
     /// the upstream id so progress can be routed; the call's trace context goes in `_meta`.
     /// `mirror` is the called tool's `x-mcp-header` arguments (see [`Connection::mirrors_params`]).
-    pub async fn forward(
+    pub(crate) async fn forward(
         self: &Arc<Self>,
         method: &str,
         params: Option<&RawValue>,
@@ -320,10 +320,10 @@ impl Connection {
         session: Weak<LiveSession>,
         shape: Option<ResultShape>,
         mirror: Option<Arc<ParamHeaders>>,
-    ) -> Result<(u64, mpsc::UnboundedReceiver<StreamEvent>, tracing::Span), GatewayError> {
+    ) -> Result<(u64, super::sink::EventSource, tracing::Span), GatewayError> {
         let span = telemetry::upstream_span(&self.info.tenant, &self.info.name, method);
         let trace = telemetry::outgoing(&span);
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = super::sink::channel();
         // A session-based client in front of a stateless upstream: the gateway answers the
         // upstream's `input_required` results itself (`retry.rs`), so it keeps the request.
         let live = session.upgrade();
@@ -882,43 +882,62 @@ impl Connection {
         }
     }
 
-    /// A request from the upstream to the client (sampling, elicitation, roots, ping): gets a
-    /// client-facing id, is delivered on the related response stream or the session's GET
+    /// A request from the upstream to the client (sampling, elicitation, roots, ping): one the
+    /// client did not declare the capability for is refused at once, never forwarded; else it
+    /// gets a client-facing id (refused when the session has its limit waiting already; it
+    /// expires unanswered), is delivered on the related response stream or the session's GET
     /// stream, and the client's answer is routed back by [`LiveSession`].
     fn on_server_request(self: &Arc<Self>, r: &Request<'_>, related: Option<u64>) {
         let related = self.infer_related(related);
         let Some(session) = self.session_for(related) else {
             self.refuse_server_request(
                 r.id,
-                "no client session can receive this request (shared connection)",
+                &r.method,
+                &ServerRequestRefusal::Undeliverable(
+                    "no client session can receive this request (shared connection)",
+                ),
             );
             return;
         };
+        if let Err(refusal) = session.accepts_server_request(&r.method, r.params) {
+            self.refuse_server_request(r.id, &r.method, &refusal);
+            return;
+        }
         let (params, progress) = match r.params.map(|p| session.rewrite_server_progress(p)) {
             Some(Some((params, progress))) => (Some(params), Some(progress)),
             _ => (None, None),
         };
-        let client_id = session.register_server_request(ServerRequestRoute {
+        let registered = session.register_server_request(ServerRequestRoute {
             connection: Arc::downgrade(self),
             upstream_id: r.id.to_owned(),
             progress,
             answer_to: None,
         });
+        let client_id = match registered {
+            Ok(id) => id,
+            Err(refusal) => {
+                self.refuse_server_request(r.id, &r.method, &refusal);
+                return;
+            }
+        };
         let params = params.as_deref().or(r.params);
         let out = Bytes::from(jsonrpc::request(&client_id, &r.method, params));
         if let Some(id) = related
             && let Some(entry) = self.pending.get(&id)
             && let Pending::Forward(slot) = entry.value()
-            && slot.sink.send(StreamEvent::Message(out.clone())).is_ok()
+            && slot.sink.send(StreamEvent::Request(out.clone())).is_ok()
         {
             return;
         }
-        const NO_STREAM: &str = "the client has no open stream to receive requests";
-        let (conn, weak, upstream_id, cid) = (
+        const NO_STREAM: ServerRequestRefusal = ServerRequestRefusal::Undeliverable(
+            "the client has no open stream to receive requests",
+        );
+        let (conn, weak, upstream_id, cid, method) = (
             self.clone(),
             Arc::downgrade(&session),
             r.id.to_owned(),
             client_id.get().to_owned(),
+            r.method.to_string(),
         );
         // Delivery may go to another replica's GET stream; if it turns out nobody holds one,
         // the upstream gets a refusal instead of waiting forever.
@@ -926,20 +945,27 @@ impl Connection {
             if let Some(s) = weak.upgrade() {
                 s.take_server_request(&cid);
             }
-            conn.refuse_server_request(&upstream_id, NO_STREAM);
+            conn.refuse_server_request(&upstream_id, &method, &NO_STREAM);
         });
         if !delivered {
             session.take_server_request(client_id.get());
-            self.refuse_server_request(r.id, NO_STREAM);
+            self.refuse_server_request(r.id, &r.method, &NO_STREAM);
         }
     }
 
-    fn refuse_server_request(self: &Arc<Self>, id: &RawValue, why: &str) {
-        tracing::warn!(upstream = %self.info.name, reason = why, "server-to-client request refused");
-        let err = jsonrpc::error_body(jsonrpc::code::INTERNAL_ERROR, why, None);
-        let Ok(err) = RawValue::from_string(String::from_utf8_lossy(&err).into_owned()) else {
-            return;
-        };
+    /// Answers upstream request `id` (of `method`) with `refusal`'s error, at once.
+    fn refuse_server_request(
+        self: &Arc<Self>,
+        id: &RawValue,
+        method: &str,
+        refusal: &ServerRequestRefusal,
+    ) {
+        tracing::warn!(upstream = %self.info.name, method, reason = %refusal, "a request to the client was refused by the gateway");
+        crate::metrics::get()
+            .server_requests_refused
+            .with_label_values(&[refusal.label()])
+            .inc();
+        let err = refusal.error_object();
         let conn = self.clone();
         let id = id.to_owned();
         tokio::spawn(async move { conn.respond(&id, Outcome::Error(&err)).await });

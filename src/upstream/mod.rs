@@ -11,6 +11,7 @@ mod http;
 mod http_client;
 mod legacy_sse;
 mod retry;
+mod sink;
 pub mod sse;
 mod stdio;
 mod stream;
@@ -46,6 +47,20 @@ pub async fn answer(
     if let Some(conn) = route.connection.upgrade() {
         conn.respond(&route.upstream_id, outcome).await;
     }
+}
+
+/// Answers a server-to-client request the client will not answer (it expired, or the session
+/// ended) with `refusal`'s error, to whoever asked.
+pub async fn refuse(
+    route: crate::session::ServerRequestRoute,
+    refusal: &crate::error::ServerRequestRefusal,
+) {
+    crate::metrics::get()
+        .server_requests_refused
+        .with_label_values(&[refusal.label()])
+        .inc();
+    let error = refusal.error_object();
+    answer(route, crate::jsonrpc::Outcome::Error(&error)).await;
 }
 
 use crate::config::{Limits, StdioSharing, UpstreamConfig, UpstreamTransport};
@@ -102,8 +117,10 @@ pub struct Naming<'a> {
 /// One event for a forwarded request, already in the client's terms (ids, tokens).
 #[derive(Debug)]
 pub enum StreamEvent {
-    /// A notification or server-to-client request related to the request.
+    /// A notification related to the request.
     Message(Bytes),
+    /// A request to the client (server-to-client) related to the request.
+    Request(Bytes),
     /// A progress notification (restarts the idle timeout).
     Progress(Bytes),
     /// The response.

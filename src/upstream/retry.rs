@@ -103,17 +103,26 @@ async fn round(
     for (key, raw) in &requests {
         let req: InputRequest<'_> = serde_json::from_str(raw.get())
             .map_err(|e| protocol(format!("invalid input request {key:?}: {e}")))?;
-        let client_id = session.register_server_request(ServerRequestRoute {
+        let registered = session.register_server_request(ServerRequestRoute {
             connection: Arc::downgrade(conn),
             upstream_id: jsonrpc::raw_string(key),
             progress: None,
             answer_to: Some(tx.clone()),
         });
+        let client_id = match registered {
+            Ok(id) => id,
+            Err(refusal) => {
+                forget(&session, &asked);
+                return Err(protocol(format!(
+                    "its input requests could not be asked: {refusal}"
+                )));
+            }
+        };
         let out = jsonrpc::request(&client_id, &req.method, req.params);
         asked.push(client_id.get().to_owned());
         if slot
             .sink
-            .send(StreamEvent::Message(Bytes::from(out)))
+            .send(StreamEvent::Request(Bytes::from(out)))
             .is_err()
         {
             forget(&session, &asked);

@@ -498,25 +498,65 @@ async fn read_stdout(
                 c.on_message(Bytes::from(line), None);
             }
         }
+        // Lines already buffered are read without waiting: under a flood this task would
+        // keep its worker to itself, and the streams it feeds fall behind and drop.
+        tokio::task::coop::consume_budget().await;
     }
 }
 
-/// Logs each stderr line of the child (truncated to a bound).
+/// Logs each stderr line of the child (truncated to a bound, control characters escaped).
 async fn log_stderr(stderr: impl AsyncRead + Unpin, name: String) {
     let mut lines = BoundedLines::new(stderr, MAX_STDERR_LINE);
     while let Some(Line::Complete(line) | Line::TooLong(line)) = lines.next().await {
         let text = String::from_utf8_lossy(&line);
-        let text = text.trim_end();
+        let text = escape_controls(text.trim_end());
         if !text.is_empty() {
             tracing::info!(target: "switchyard::upstream::stderr", upstream = %name, "{text}");
         }
     }
 }
 
+/// `text` with control characters (tab excepted) and the Unicode line and paragraph
+/// separators written as escapes (`\r`, `\0`, `\u{1b}`): the text log format writes a
+/// message as it is, so an upstream's stderr could otherwise return the carriage, truncate a
+/// line for C tools (NUL) or start what looks like a line of the gateway's own.
+fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    let forges = |c: char| (c.is_control() && c != '\t') || matches!(c, '\u{2028}' | '\u{2029}');
+    if !text.chars().any(forges) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '\r' => out.push_str("\\r"),
+            '\n' => out.push_str("\\n"),
+            '\0' => out.push_str("\\0"),
+            c if forges(c) => {
+                use std::fmt::Write as _;
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_and_plain_text_is_not_copied() {
+        assert!(matches!(
+            escape_controls("plain text\twith a tab"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            escape_controls("a\rb\0c\u{1b}[2Jd\u{85}e\u{2028}f"),
+            "a\\rb\\0c\\u{1b}[2Jd\\u{85}e\\u{2028}f"
+        );
+    }
 
     #[tokio::test]
     async fn bounded_lines_split_strip_cr_and_cap_length() {

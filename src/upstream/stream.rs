@@ -9,19 +9,20 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{Connection, StreamEvent};
 use crate::error::GatewayError;
+use crate::events::MessageKind;
 use crate::jsonrpc::OwnedId;
 use crate::session::LiveSession;
 
 /// What the client gets next for a forwarded request.
 #[derive(Debug)]
 pub enum StreamItem {
-    /// A notification or request to pass on before the response.
-    Message(Bytes),
+    /// A notification or request to pass on before the response, and which it is (what a
+    /// stream log may do with it when its client falls behind).
+    Message(Bytes, MessageKind),
     /// The response (or an error response) in the client's terms: the last item.
     Final(Bytes),
     /// The client cancelled the request: nothing more will come.
@@ -33,7 +34,7 @@ pub struct ForwardStream {
 }
 
 struct Inner {
-    rx: mpsc::UnboundedReceiver<StreamEvent>,
+    rx: super::sink::EventSource,
     conn: Arc<Connection>,
     upstream_id: u64,
     client_id: OwnedId,
@@ -54,8 +55,8 @@ struct Inner {
 }
 
 impl ForwardStream {
-    pub fn new(
-        rx: mpsc::UnboundedReceiver<StreamEvent>,
+    pub(crate) fn new(
+        rx: super::sink::EventSource,
         conn: Arc<Connection>,
         upstream_id: u64,
         client_id: OwnedId,
@@ -113,7 +114,7 @@ impl ForwardStream {
     pub async fn next(&mut self) -> Option<StreamItem> {
         let inner = self.inner.as_mut()?;
         let item = inner.next().await;
-        if !matches!(item, StreamItem::Message(_))
+        if !matches!(item, StreamItem::Message(..))
             && let Some(inner) = self.inner.take()
         {
             inner.finish();
@@ -126,26 +127,39 @@ impl Inner {
     async fn next(&mut self) -> StreamItem {
         let hard = self.idle_deadline >= self.hard_deadline;
         let deadline = self.idle_deadline.min(self.hard_deadline);
-        tokio::select! {
-            ev = self.rx.recv() => match ev {
-                Some(StreamEvent::Progress(b)) => {
-                    self.idle_deadline = Instant::now() + self.idle;
-                    StreamItem::Message(b)
-                }
-                Some(StreamEvent::Message(b)) => StreamItem::Message(b),
-                Some(StreamEvent::Response(b)) => {
-                    self.outcome = "ok";
-                    StreamItem::Final(b)
-                }
-                Some(StreamEvent::Failed(e)) => {
-                    self.outcome = "failed";
-                    StreamItem::Final(e.to_jsonrpc(Some(&self.client_id)))
-                }
-                None => StreamItem::Cancelled,
-            },
-            _ = tokio::time::sleep_until(deadline) => {
+        // What is queued is taken first, without arming a timer for each event (a flood goes
+        // through here); the deadline is checked on the clock, so a flood cannot outrun it.
+        let event = if Instant::now() >= deadline {
+            None
+        } else {
+            tokio::select! {
+                biased;
+                ev = self.rx.recv() => Some(ev),
+                _ = tokio::time::sleep_until(deadline) => None,
+            }
+        };
+        match event {
+            Some(Some(StreamEvent::Progress(b))) => {
+                self.idle_deadline = Instant::now() + self.idle;
+                StreamItem::Message(b, MessageKind::Progress)
+            }
+            Some(Some(StreamEvent::Message(b))) => {
+                StreamItem::Message(b, MessageKind::Notification)
+            }
+            Some(Some(StreamEvent::Request(b))) => StreamItem::Message(b, MessageKind::Request),
+            Some(Some(StreamEvent::Response(b))) => {
+                self.outcome = "ok";
+                StreamItem::Final(b)
+            }
+            Some(Some(StreamEvent::Failed(e))) => {
+                self.outcome = "failed";
+                StreamItem::Final(e.to_jsonrpc(Some(&self.client_id)))
+            }
+            Some(None) => StreamItem::Cancelled,
+            None => {
                 let after = if hard { self.max } else { self.idle };
-                self.conn.cancel(self.upstream_id, "the gateway's request timeout elapsed");
+                self.conn
+                    .cancel(self.upstream_id, "the gateway's request timeout elapsed");
                 tracing::warn!(upstream = %self.conn.upstream_name(), timeout_ms = after.as_millis() as u64, "upstream request timed out; cancellation sent");
                 self.outcome = "timeout";
                 let err = GatewayError::UpstreamTimeout {
@@ -207,7 +221,7 @@ impl Drop for ForwardStream {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
                 loop {
-                    if !matches!(inner.next().await, StreamItem::Message(_)) {
+                    if !matches!(inner.next().await, StreamItem::Message(..)) {
                         break;
                     }
                 }

@@ -13,6 +13,7 @@ mod catalog;
 mod chart;
 mod cluster;
 mod conformance;
+mod floods;
 mod fuzz;
 mod hostile_bodies;
 mod hostile_connections;

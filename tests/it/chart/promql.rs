@@ -42,6 +42,8 @@ pub fn exported() -> Exported {
     touch(&m.connections_open);
     touch(&m.connections_refused);
     touch(&m.connections_timed_out);
+    touch(&m.notifications_dropped);
+    touch(&m.server_requests_refused);
     let text = String::from_utf8(m.render()).expect("the exposition is UTF-8");
     let mut series: Exported = BTreeMap::new();
     for line in text

@@ -111,6 +111,7 @@ pub fn config(tenants: Vec<TenantConfig>) -> Config {
         sessions: SessionConfig {
             ttl: Duration::from_secs(600),
             store: StoreConfig::Memory,
+            bounds: SessionBounds::default(),
         },
         telemetry: Default::default(),
         tenants,

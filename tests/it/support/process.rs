@@ -25,10 +25,25 @@ impl GatewayProcess {
     /// Writes `config_yaml` (with a free `listen` port prepended) to `<dir>/<name>.yaml` and
     /// runs the gateway on it.
     pub async fn start(config_yaml: &str, dir: &TempDir, name: &str) -> GatewayProcess {
+        GatewayProcess::start_with_log_format(config_yaml, dir, name, "json").await
+    }
+
+    /// As [`GatewayProcess::start`], logging in `format` (`json` or `text`).
+    pub async fn start_with_log_format(
+        config_yaml: &str,
+        dir: &TempDir,
+        name: &str,
+        format: &str,
+    ) -> GatewayProcess {
         let port = free_port();
         let path = dir.path(&format!("{name}.yaml"));
         std::fs::write(&path, format!("listen: 127.0.0.1:{port}\n{config_yaml}")).expect("config");
-        GatewayProcess::run(&path, port, &[], name).await
+        let mut command = tokio::process::Command::new(gateway_exe());
+        command
+            .args(["--log-format", format, "run", "--config"])
+            .arg(&path)
+            .env("RUST_LOG", "info");
+        GatewayProcess::launch(command, port, name).await
     }
 
     /// Runs the gateway on the config at `path`, which must listen on `port`; `extra` goes
