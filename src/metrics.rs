@@ -230,7 +230,8 @@ impl Metrics {
     /// of the same request replaced it), `request_queue` (the request's queue from the
     /// upstream is full), `listener_queue` (a `subscriptions/listen` stream's queue is full),
     /// `bus_backlog` (too many deliveries to another replica in flight), `mirror_backlog` (the
-    /// stream's copy in Redis is behind; the local log still has it).
+    /// stream's copy in Redis is behind; the local log still has it), `relay_backlog` (a retry
+    /// continued by another replica sends faster than its client reads).
     pub fn dropped_notification(&self, reason: &'static str) {
         self.notifications_dropped
             .with_label_values(&[reason])

@@ -22,7 +22,7 @@ use crate::error::GatewayError;
 use crate::gateway::Gateway;
 use crate::jsonrpc::RawObject;
 use crate::protocol::modern::RequestMeta;
-use crate::router::mrtr::{self, Resumed};
+use crate::router::mrtr::{self, RelayReceiver, Resumed};
 use crate::tenant::Tenant;
 
 /// How long the receiving replica waits for the holder to confirm it has the request.
@@ -151,7 +151,7 @@ impl Drop for Abandon {
 }
 
 /// The next event that carries a message (beats skipped); `None` once the holder is silent.
-async fn next(rx: &mut mpsc::UnboundedReceiver<Resumed>) -> Option<Resumed> {
+async fn next(rx: &mut RelayReceiver) -> Option<Resumed> {
     loop {
         match tokio::time::timeout(SILENT_FOR, rx.recv()).await {
             Ok(Some(e)) if e.message.is_empty() && !e.done => {}

@@ -69,7 +69,7 @@ struct State {
 pub struct Interactions {
     parked: Arc<Mutex<HashMap<String, Parked>>>,
     /// Retries received here, continued by another replica: their events, by key.
-    remote: Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Resumed>>>>,
+    remote: Arc<Mutex<HashMap<String, RelaySender>>>,
     /// Requests continued here for a retry received by another replica: dropping the sender
     /// stops one (its client went away).
     continuing: Arc<Mutex<HashMap<String, oneshot::Sender<()>>>>,
@@ -82,9 +82,37 @@ pub struct Resumed {
     pub status: u16,
 }
 
+/// Events relayed from another replica beyond which notifications are dropped (a slow client
+/// behind a flood); the final event and the holder's beats always pass.
+const RELAY_BACKLOG: usize = 1024;
+
+/// The sending half of a relayed retry's events, with the count of those not read yet.
+#[derive(Clone)]
+struct RelaySender {
+    tx: mpsc::UnboundedSender<Resumed>,
+    queued: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// The events of a retry continued by another replica, in order.
+pub struct RelayReceiver {
+    rx: mpsc::UnboundedReceiver<Resumed>,
+    queued: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl RelayReceiver {
+    pub async fn recv(&mut self) -> Option<Resumed> {
+        let event = self.rx.recv().await;
+        if event.is_some() {
+            self.queued
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        event
+    }
+}
+
 /// Ends the wait for a retry's events when dropped.
 pub struct RemoteWait {
-    remote: Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Resumed>>>>,
+    remote: Arc<Mutex<HashMap<String, RelaySender>>>,
     pub key: String,
 }
 
@@ -205,12 +233,20 @@ impl Interactions {
     }
 
     /// Waits for the events of a retry continued by another replica, under a fresh key.
-    pub fn wait_remote(&self) -> (RemoteWait, mpsc::UnboundedReceiver<Resumed>) {
+    pub fn wait_remote(&self) -> (RemoteWait, RelayReceiver) {
         let key = crate::session::SessionId::generate().as_str().to_owned();
         let (tx, rx) = mpsc::unbounded_channel();
+        let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         if let Ok(mut m) = self.remote.lock() {
-            m.insert(key.clone(), tx);
+            m.insert(
+                key.clone(),
+                RelaySender {
+                    tx,
+                    queued: queued.clone(),
+                },
+            );
         }
+        let rx = RelayReceiver { rx, queued };
         let wait = RemoteWait {
             remote: self.remote.clone(),
             key,
@@ -218,11 +254,22 @@ impl Interactions {
         (wait, rx)
     }
 
-    /// An event of a retry continued by another replica (dropped when nobody waits).
+    /// An event of a retry continued by another replica (dropped when nobody waits). Past
+    /// `RELAY_BACKLOG` unread events, what is neither the final event nor a beat (the
+    /// request's notifications) is dropped and counted: the client still gets the answer.
     pub fn on_resumed(&self, key: &str, event: Resumed) {
-        let tx = self.remote.lock().ok().and_then(|m| m.get(key).cloned());
-        if let Some(tx) = tx {
-            let _ = tx.send(event);
+        use std::sync::atomic::Ordering;
+        let Some(sender) = self.remote.lock().ok().and_then(|m| m.get(key).cloned()) else {
+            return;
+        };
+        let notification = !event.done && !event.message.is_empty();
+        if notification && sender.queued.load(Ordering::Relaxed) >= RELAY_BACKLOG {
+            crate::metrics::get().dropped_notification("relay_backlog");
+            return;
+        }
+        sender.queued.fetch_add(1, Ordering::Relaxed);
+        if sender.tx.send(event).is_err() {
+            sender.queued.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -335,5 +382,45 @@ pub async fn answer(
 pub async fn refuse_or_reply(session: &Arc<LiveSession>, raw_id: &str, outcome: Outcome<'_>) {
     if let Some(route) = session.take_server_request(raw_id) {
         crate::upstream::answer(route, outcome).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(message: &str, done: bool) -> Resumed {
+        Resumed {
+            message: bytes::Bytes::from(message.to_owned()),
+            done,
+            status: 200,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_relayed_retry_keeps_its_answer_and_drops_notifications_past_the_backlog() {
+        let interactions = Interactions::default();
+        let (wait, mut rx) = interactions.wait_remote();
+        let flood = RELAY_BACKLOG + 500;
+        for _ in 0..flood {
+            interactions.on_resumed(&wait.key, event("{\"method\":\"n\"}", false));
+        }
+        // Beats and the answer pass whatever the backlog.
+        interactions.on_resumed(&wait.key, event("", false));
+        interactions.on_resumed(&wait.key, event("{\"result\":{}}", true));
+        let mut got = Vec::new();
+        while let Some(e) = rx.recv().await {
+            let done = e.done;
+            got.push(e);
+            if done {
+                break;
+            }
+        }
+        assert_eq!(got.len(), RELAY_BACKLOG + 2);
+        assert!(got[RELAY_BACKLOG].message.is_empty());
+        assert!(got[RELAY_BACKLOG + 1].done);
+        // Read down, the queue takes notifications again.
+        interactions.on_resumed(&wait.key, event("{\"method\":\"n\"}", false));
+        assert!(rx.recv().await.is_some_and(|e| !e.message.is_empty()));
     }
 }
