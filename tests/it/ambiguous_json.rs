@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::support::client::{RawClient, Reply, tool_names};
-use crate::support::config::{config, stdio, tenant, upstream};
+use crate::support::config::{config, tenant, upstream};
 use crate::support::gateway::TestGateway;
 use crate::support::oidc::OidcProvider;
 use crate::support::peers::{everything_stdio, free_port, python, repo};
@@ -19,16 +19,7 @@ use switchyard::config::{
 
 /// tests/peers/lastwins_server.py: a stdio upstream that parses with Python's `json`.
 fn lastwins(name: &str, args: &[&str]) -> UpstreamConfig {
-    let script = repo()
-        .join("tests/peers/lastwins_server.py")
-        .display()
-        .to_string();
-    let mut all = vec![script.as_str()];
-    all.extend_from_slice(args);
-    upstream(
-        name,
-        UpstreamTransport::Stdio(stdio(python().display().to_string(), &all)),
-    )
+    crate::support::peers::python_peer(name, "lastwins_server.py", args)
 }
 
 async fn session(gw: &TestGateway, tenant: &str) -> RawClient {
@@ -252,6 +243,14 @@ fn protected(
     t
 }
 
+/// A session at `url` with a token of `idp` carrying scope `mcp`.
+async fn signed_in(idp: &OidcProvider, url: &str) -> RawClient {
+    let mut c = RawClient::new(url);
+    c.bearer = Some(idp.token(url, "mcp").await);
+    c.initialize().await;
+    c
+}
+
 fn admins_only(upstream: &str, tools: &[&str]) -> ToolPolicy {
     ToolPolicy {
         upstream: upstream.into(),
@@ -269,9 +268,7 @@ async fn a_hidden_tool_stays_hidden_against_duplicates_renames_and_reloads() {
     let first = protected(&idp.issuer, vec![everything()], policies.clone());
     let gw = TestGateway::start(config(vec![first])).await;
     let url = gw.url("sec");
-    let mut c = RawClient::new(&url);
-    c.bearer = Some(idp.token(&url, "mcp").await);
-    c.initialize().await;
+    let c = signed_in(&idp, &url).await;
 
     // One upstream, no prefixes: get-env is hidden and unknown; echo works.
     let names = tool_names(c.request("tools/list", json!({})).await.last());
@@ -305,9 +302,7 @@ async fn a_hidden_tool_stays_hidden_against_duplicates_renames_and_reloads() {
         .apply(&config(vec![second]))
         .await
         .expect("reload applies");
-    let mut c = RawClient::new(&url);
-    c.bearer = Some(idp.token(&url, "mcp").await);
-    c.initialize().await;
+    let c = signed_in(&idp, &url).await;
     let names = tool_names(c.request("tools/list", json!({})).await.last());
     assert!(
         names.contains("everything__echo") && !names.contains("everything__get-env"),
@@ -377,9 +372,7 @@ async fn policy_patterns_that_match_no_tool_are_reported_by_check_and_run() {
     .await;
     assert!(warned, "{}", gw.logs());
     let url = gw.url("sec");
-    let mut c = RawClient::new(&url);
-    c.bearer = Some(idp.token(&url, "mcp").await);
-    c.initialize().await;
+    let c = signed_in(&idp, &url).await;
     let names = tool_names(c.request("tools/list", json!({})).await.last());
     assert!(
         names.contains("echo") && !names.contains("get-env"),

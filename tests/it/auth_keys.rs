@@ -46,6 +46,17 @@ struct Answer {
     took: Duration,
 }
 
+/// A gateway whose tenant `acme` takes its keys from `server`'s JWKS URL, and its endpoint.
+async fn gateway(server: &KeyServer) -> (TestGateway, String) {
+    let gw = TestGateway::start(config(vec![protected(
+        server.issuer(),
+        Some(server.jwks_url()),
+    )]))
+    .await;
+    let url = gw.url("acme");
+    (gw, url)
+}
+
 async fn initialize(url: &str, token: &str) -> Answer {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
@@ -105,12 +116,7 @@ async fn unknown_keys_during_a_slow_key_set_share_one_fetch() {
     // Slower than the minimum time between refreshes: a waiter that fetched again on its own
     // would make this observable as more fetches and a later answer.
     server.keys_mode(Mode::Delay(Duration::from_secs(6)), None);
-    let gw = TestGateway::start(config(vec![protected(
-        server.issuer(),
-        Some(server.jwks_url()),
-    )]))
-    .await;
-    let url = gw.url("acme");
+    let (gw, url) = gateway(&server).await;
     let tokens: Vec<String> = [&k1, &k2, &k1, &k2]
         .iter()
         .map(|k| k.token(server.issuer(), &url, json!({})))
@@ -130,12 +136,7 @@ async fn a_hanging_key_set_answers_every_waiter_with_503_within_one_timeout() {
     let k1 = TestKey::generate("k1");
     let server = KeyServer::start(jwks(&[&k1])).await;
     server.keys_mode(Mode::Hang, None);
-    let gw = TestGateway::start(config(vec![protected(
-        server.issuer(),
-        Some(server.jwks_url()),
-    )]))
-    .await;
-    let url = gw.url("acme");
+    let (gw, url) = gateway(&server).await;
     let tokens: Vec<String> = (0..4)
         .map(|i| TestKey::generate(&format!("x{i}")).token(server.issuer(), &url, json!({})))
         .collect();
@@ -156,12 +157,7 @@ async fn a_hanging_key_set_answers_every_waiter_with_503_within_one_timeout() {
 async fn cached_keys_do_not_wait_for_a_hanging_refresh() {
     let (k1, k2) = (TestKey::generate("k1"), TestKey::generate("k2"));
     let server = KeyServer::start(jwks(&[&k1])).await;
-    let gw = TestGateway::start(config(vec![protected(
-        server.issuer(),
-        Some(server.jwks_url()),
-    )]))
-    .await;
-    let url = gw.url("acme");
+    let (gw, url) = gateway(&server).await;
     let (good, unknown) = (
         k1.token(server.issuer(), &url, json!({})),
         k2.token(server.issuer(), &url, json!({})),
@@ -199,12 +195,7 @@ async fn cached_keys_do_not_wait_for_a_hanging_refresh() {
 async fn while_the_key_set_is_down_unknown_keys_get_503_every_time_then_recover() {
     let (k1, k2) = (TestKey::generate("k1"), TestKey::generate("k2"));
     let server = KeyServer::start(jwks(&[&k1])).await;
-    let gw = TestGateway::start(config(vec![protected(
-        server.issuer(),
-        Some(server.jwks_url()),
-    )]))
-    .await;
-    let url = gw.url("acme");
+    let (gw, url) = gateway(&server).await;
     let (good, rotated) = (
         k1.token(server.issuer(), &url, json!({})),
         k2.token(server.issuer(), &url, json!({})),
@@ -245,12 +236,7 @@ async fn stale_keys_are_served_while_they_are_refreshed() {
     let server = KeyServer::start(jwks(&[&k1])).await;
     // The provider says its keys may be cached for one second.
     server.keys_mode(Mode::Serve, Some("public, max-age=1"));
-    let gw = TestGateway::start(config(vec![protected(
-        server.issuer(),
-        Some(server.jwks_url()),
-    )]))
-    .await;
-    let url = gw.url("acme");
+    let (gw, url) = gateway(&server).await;
     let good = k1.token(server.issuer(), &url, json!({}));
     assert_eq!(initialize(&url, &good).await.status, 200);
     assert_eq!(server.keys().requests(), 1);
@@ -312,12 +298,7 @@ async fn oversized_key_sets_and_metadata_are_refused() {
     let k1 = TestKey::generate("k1");
     let server = KeyServer::start(jwks(&[&k1])).await;
     server.keys_mode(Mode::Oversized(2 << 20), None);
-    let gw = TestGateway::start(config(vec![protected(
-        server.issuer(),
-        Some(server.jwks_url()),
-    )]))
-    .await;
-    let url = gw.url("acme");
+    let (gw, url) = gateway(&server).await;
     let token = k1.token(server.issuer(), &url, json!({}));
     assert_unavailable(&initialize(&url, &token).await, "a 2 MiB key set");
 

@@ -8,24 +8,15 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 
 use crate::support::client::RawClient;
-use crate::support::config::{config, demo_stdio, stdio, tenant, upstream};
+use crate::support::config::{config, demo_stdio, tenant, upstream};
 use crate::support::gateway::TestGateway;
-use crate::support::peers::{Sdk, python, repo, run_client};
+use crate::support::peers::{Sdk, run_client};
 use switchyard::config::{UpstreamConfig, UpstreamTransport};
 use switchyard::upstream::sse::SseParser;
 
 /// The hand-written paginating test server (tests/peers/catalog_server.py).
 pub(crate) fn catalog_server(name: &str, args: &[&str]) -> UpstreamConfig {
-    let script = repo()
-        .join("tests/peers/catalog_server.py")
-        .display()
-        .to_string();
-    let mut all = vec![script.as_str()];
-    all.extend_from_slice(args);
-    upstream(
-        name,
-        UpstreamTransport::Stdio(stdio(python().display().to_string(), &all)),
-    )
+    crate::support::peers::python_peer(name, "catalog_server.py", args)
 }
 
 async fn session(gw: &TestGateway, tenant: &str) -> RawClient {

@@ -211,3 +211,22 @@ pub async fn run_client(sdk: Sdk, url: &str, scenario: &str, extra: &[&str]) -> 
         panic!("{sdk:?} client printed no JSON ({e}):\nstdout: {stdout}\nstderr: {stderr}")
     })
 }
+
+/// An upstream running one of the hand-written Python servers in tests/peers/ (`script`, a
+/// file name there) over stdio, with `args`.
+pub fn python_peer(name: &str, script: &str, args: &[&str]) -> switchyard::config::UpstreamConfig {
+    let script = repo()
+        .join("tests/peers")
+        .join(script)
+        .display()
+        .to_string();
+    let mut all = vec![script.as_str()];
+    all.extend_from_slice(args);
+    super::config::upstream(
+        name,
+        switchyard::config::UpstreamTransport::Stdio(super::config::stdio(
+            python().display().to_string(),
+            &all,
+        )),
+    )
+}
