@@ -394,6 +394,21 @@ async fn policy_patterns_that_match_no_tool_are_reported_by_check_and_run() {
         "get-env matches a tool: {}",
         gw.logs()
     );
+
+    // A reload with another pattern: checked again at the next listing.
+    let path = dir.path("audit.yaml");
+    let text = std::fs::read_to_string(&path).expect("config");
+    std::fs::write(&path, text.replace("\"renamed-*\"", "\"gone-tool\"")).expect("config");
+    gw.signal(nix::sys::signal::Signal::SIGHUP);
+    let reloaded = crate::support::eventually(Duration::from_secs(10), || {
+        gw.logs().contains("config reloaded")
+    })
+    .await;
+    assert!(reloaded, "{}", gw.logs());
+    let c = signed_in(&idp, &url).await;
+    c.request("tools/list", json!({})).await;
+    let found = crate::support::eventually(Duration::from_secs(10), || reported("gone-tool")).await;
+    assert!(found, "{}", gw.logs());
     gw.stop().await;
     idp.stop().await;
 }
