@@ -8,6 +8,8 @@ use super::Limits;
 
 /// Default `max_body`.
 pub(super) const DEFAULT_MAX_BODY: u64 = 4 << 20;
+/// Default `max_session_processes`.
+pub(super) const DEFAULT_MAX_SESSION_PROCESSES: u64 = 256;
 /// Default `max_upstream_message`.
 pub(super) const DEFAULT_MAX_UPSTREAM_MESSAGE: u64 = 16 << 20;
 
@@ -84,6 +86,7 @@ impl Default for Limits {
             max_upstream_message_bytes: DEFAULT_MAX_UPSTREAM_MESSAGE as usize,
             bodies: BodyLimits::default(),
             connections: ConnectionLimits::default(),
+            max_session_processes: DEFAULT_MAX_SESSION_PROCESSES as usize,
         }
     }
 }

@@ -12,19 +12,23 @@ mod error;
 mod limits;
 mod loader;
 mod raw;
+mod net;
 mod raw_security;
+mod raw_tenant_limits;
 mod rules;
 mod rules_security;
 mod scalar;
 mod spanned;
 mod subst;
 mod suggest;
+mod tenant_limits;
 mod units;
 mod validate;
 mod validate_auth;
 mod validate_http;
 mod validate_limits;
 mod validate_security;
+mod validate_tenant_limits;
 mod validate_upstream;
 mod yaml;
 
@@ -37,7 +41,12 @@ mod tests;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use limits::{BodyLimits, ConnectionLimits};
+pub use net::Cidr;
 pub use rules_security::glob;
+pub use tenant_limits::{
+    CallLimit, ConcurrencyLimit, Quotas, Rate, Scope, StoreErrorPolicy, TenantLimits,
+};
+pub use validate_tenant_limits::parse_rate;
 
 /// Reads and validates the config file at `path`, substituting `${VAR}` from the process
 /// environment. On failure every problem found is returned, each with `file:line:col`.
@@ -106,6 +115,10 @@ pub struct Config {
     pub limits: Limits,
     pub sessions: SessionConfig,
     pub telemetry: TelemetryConfig,
+    /// Proxies whose `Forwarded` / `X-Forwarded-For` name the client (default: none, the
+    /// headers are ignored): the client address is what per-user limits count on tenants
+    /// without `auth`.
+    pub trusted_proxies: Vec<Cidr>,
     /// At least one tenant; names and paths unique.
     pub tenants: Vec<TenantConfig>,
     /// What validation accepted but most likely is not what was meant (`check` prints them,
@@ -147,6 +160,9 @@ pub struct Limits {
     pub bodies: BodyLimits,
     /// Client connections: timeouts, caps, header and HTTP/2 bounds.
     pub connections: ConnectionLimits,
+    /// Per-session stdio processes of the whole process, every tenant together (default
+    /// 256). Beyond: `initialize` of a session needing one gets 429.
+    pub max_session_processes: usize,
 }
 
 /// Client session settings.
@@ -235,6 +251,8 @@ pub struct TenantConfig {
     pub auth: Option<AuthConfig>,
     /// Per-tool authorization; a tool matching several policies must satisfy all of them.
     pub tool_policies: Vec<ToolPolicy>,
+    /// What the tenant's users and agents may take (sessions, requests, calls, processes).
+    pub limits: TenantLimits,
     /// At least one; names unique within the tenant and splittable with `prefix.separator`.
     pub upstreams: Vec<UpstreamConfig>,
 }

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 
 use super::raw_security::{RawAuth, RawOAuth2, RawTls, RawToolPolicy};
+use super::raw_tenant_limits::RawTenantLimits;
 use super::spanned::Sp;
 use super::units::{DURATION_NEEDS_UNIT, parse_duration, parse_size};
 
@@ -23,6 +24,7 @@ pub struct RawConfig {
     pub limits: Field<RawLimits>,
     pub sessions: Field<RawSessions>,
     pub telemetry: Field<RawTelemetry>,
+    pub trusted_proxies: Field<Vec<Sp<String>>>,
     pub tenants: Field<Vec<Sp<RawTenant>>>,
 }
 
@@ -51,6 +53,7 @@ pub struct RawLimits {
     pub max_headers: Field<u64>,
     pub http2_max_concurrent_streams: Field<u64>,
     pub http2_keep_alive_interval: Field<Dur>,
+    pub max_session_processes: Field<u64>,
 }
 
 #[derive(Deserialize)]
@@ -93,6 +96,7 @@ pub struct RawTenant {
     pub allowed_origins: Field<Vec<Sp<String>>>,
     pub auth: Field<RawAuth>,
     pub tool_policies: Field<Vec<Sp<RawToolPolicy>>>,
+    pub limits: Field<RawTenantLimits>,
     pub upstreams: Field<Vec<Sp<RawUpstream>>>,
 }
 

@@ -154,12 +154,16 @@ pub(super) fn validate(
     let tls = super::validate_security::tls(checker, &root.tls);
     let telemetry = telemetry(checker, &root.telemetry);
     let tenants = tenants(checker, &root.tenants, &raw.loc);
+    let trusted_proxies = trusted_proxies(checker, &root.trusted_proxies);
     if let (Some(listen), Some(tenants), Some(raw_tenants)) = (
         listen,
         &tenants,
         root.tenants.as_ref().and_then(|t| t.get()),
     ) {
         super::validate_security::exposed_auth(checker, listen, raw_tenants, tenants);
+        if trusted_proxies.as_ref().is_some_and(Vec::is_empty) {
+            anonymous_behind_a_proxy(checker, listen, raw_tenants, tenants);
+        }
     }
     Some(Config {
         source: None,
@@ -169,9 +173,64 @@ pub(super) fn validate(
         limits: limits?,
         sessions: sessions?,
         telemetry: telemetry?,
+        trusted_proxies: trusted_proxies?,
         tenants: tenants?,
         warnings: Vec::new(),
     })
+}
+
+/// `trusted_proxies: [CIDR, ...]`: empty when absent.
+fn trusted_proxies(
+    checker: &mut Checker<'_>,
+    field: &Field<Vec<Sp<String>>>,
+) -> Option<Vec<super::Cidr>> {
+    let Some(list) = field else {
+        return Some(Vec::new());
+    };
+    let mut valid = true;
+    let mut out = Vec::new();
+    for item in list.get()? {
+        let Some(text) = item.get() else {
+            valid = false;
+            continue;
+        };
+        match super::Cidr::parse(text.trim()) {
+            Ok(cidr) => out.push(cidr),
+            Err(problem) => {
+                checker.error(
+                    &item.loc,
+                    format!("invalid trusted proxy {}: {problem}", shown(item)),
+                );
+                valid = false;
+            }
+        }
+    }
+    valid.then_some(out)
+}
+
+/// A tenant without `auth` counts its users by client address: on a listener other hosts can
+/// reach, behind a proxy every client would have the proxy's address (one budget for all)
+/// unless the proxy is trusted to name the client. A warning: clients may connect directly.
+fn anonymous_behind_a_proxy(
+    checker: &mut Checker<'_>,
+    listen: SocketAddr,
+    raw: &[Sp<RawTenant>],
+    tenants: &[TenantConfig],
+) {
+    if listen.ip().to_canonical().is_loopback() {
+        return;
+    }
+    for (raw, tenant) in raw.iter().zip(tenants) {
+        if tenant.auth.is_none() {
+            checker.warn(
+                &raw.loc,
+                format!(
+                    "tenant {:?} has no `auth`, so its per-user limits count clients by address, and `trusted_proxies` is empty: behind a proxy or ingress every client has the proxy's address and shares one budget; list the proxies' addresses in `trusted_proxies` (or ignore this if clients connect directly)",
+                    tenant.name
+                ),
+            );
+        }
+    }
 }
 
 /// `telemetry: {otlp_endpoint, service_name, sample_ratio}`.
@@ -266,11 +325,19 @@ fn limits(checker: &mut Checker<'_>, field: &Field<RawLimits>) -> Option<Limits>
     );
     let bodies = super::validate_limits::bodies(checker, raw, max_body);
     let connections = super::validate_limits::connections(checker, raw);
+    let no_count: Field<u64> = None;
+    let processes = super::validate_limits::count(
+        checker,
+        raw.map_or(&no_count, |r| &r.max_session_processes),
+        (super::limits::DEFAULT_MAX_SESSION_PROCESSES, 0, 1 << 20),
+        "max_session_processes",
+    );
     Some(Limits {
         max_body_bytes: max_body?,
         max_upstream_message_bytes: max_upstream?,
         bodies: bodies?,
         connections: connections?,
+        max_session_processes: processes?,
     })
 }
 
@@ -611,6 +678,14 @@ fn tenant(
             &prefix.separator,
         );
     }
+    let upstream_names: Option<Vec<&str>> = upstreams
+        .as_ref()
+        .map(|u| u.iter().map(|u| u.name.as_str()).collect());
+    let limits = super::validate_tenant_limits::tenant_limits(
+        checker,
+        &raw.limits,
+        upstream_names.as_deref(),
+    );
     let failure_policy = match raw.failure_policy.as_ref() {
         None => Some(FailurePolicy::Open),
         Some(sp) => sp.get().map(|p| match p {
@@ -631,6 +706,7 @@ fn tenant(
         allowed_origins: security.allowed_origins,
         auth: security.auth,
         tool_policies: security.tool_policies,
+        limits: limits?,
     })
 }
 

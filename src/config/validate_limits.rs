@@ -191,7 +191,7 @@ fn sized(
 }
 
 /// A count field: its default when absent; `None` when invalid or outside `min..=max`.
-fn count(
+pub(super) fn count(
     checker: &mut Checker<'_>,
     field: &Field<u64>,
     (default, min, max): (u64, u64, u64),

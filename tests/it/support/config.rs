@@ -93,6 +93,7 @@ pub fn tenant(name: &str, upstreams: Vec<UpstreamConfig>) -> TenantConfig {
         allowed_origins: vec![],
         auth: None,
         tool_policies: vec![],
+        limits: TenantLimits::default(),
         upstreams,
     }
 }
@@ -114,6 +115,7 @@ pub fn config(tenants: Vec<TenantConfig>) -> Config {
             bounds: SessionBounds::default(),
         },
         telemetry: Default::default(),
+        trusted_proxies: vec![],
         tenants,
         warnings: vec![],
     }
