@@ -79,6 +79,10 @@ pub enum GatewayError {
         "Too Many Requests: this session already has {limit} GET streams open; close one (or let it end) and retry"
     )]
     TooManyStreams { limit: usize },
+    /// A tenant limit refused what arrives before a session serves it (a new session, or any
+    /// request under the tenant's or user's request rate): 429 with `Retry-After`.
+    #[error("Too Many Requests: {0}")]
+    TooManyRequests(LimitRefusal),
     #[error("Service Unavailable: the gateway is shutting down")]
     ShuttingDown,
     #[error("Service Unavailable: the session store cannot be reached; retry shortly")]
@@ -137,10 +141,34 @@ pub enum GatewayError {
     UpstreamClosed { upstream: String, reason: String },
     #[error("upstream {upstream:?} sent an invalid response: {reason}")]
     UpstreamProtocol { upstream: String, reason: String },
+    /// A tenant limit refused a request inside a session (a tool's or upstream's rate, a quota,
+    /// calls in flight): HTTP 200 with a JSON-RPC error naming the limit and when to retry.
+    #[error("Limit reached: {0}")]
+    LimitReached(LimitRefusal),
     #[error("Request cancelled")]
     Cancelled,
     #[error("Internal error")]
     Internal,
+}
+
+/// Which tenant limit refused, and when a retry may pass (`limits/`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what}; retry after {}s", retry_after_secs(*retry_after))]
+pub struct LimitRefusal {
+    /// The limit's name as in the config, e.g. `sessions_per_user`, `requests`, `calls[0]`,
+    /// `concurrency[1]`, `quotas.calls_per_user_per_day` (a bounded set per tenant: the
+    /// metrics label).
+    pub limit: String,
+    /// What was refused, for people: "100 live sessions per user".
+    pub what: String,
+    /// When the refused thing may succeed (at least 1 s is advertised).
+    pub retry_after: Duration,
+}
+
+/// Whole seconds to wait, rounded up, at least 1 (what `Retry-After` and
+/// `data.retryAfterSeconds` carry).
+pub fn retry_after_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0).max(u64::from(d.is_zero()))
 }
 
 /// Why the gateway answered an upstream's request to the client (sampling, elicitation,
@@ -235,6 +263,7 @@ impl GatewayError {
             BodyTimeout => "body_timeout",
             BodyBudgetExhausted => "body_budget",
             BodyUnreadable => "body_unreadable",
+            TooManyRequests(_) | LimitReached(_) => "limit_reached",
             Parse(_) => "parse_error",
             InvalidRequest(_) => "invalid_request",
             BatchNotSupported => "batch_not_supported",
@@ -296,7 +325,7 @@ impl GatewayError {
             | SessionParamRequired
             | SessionNotOpened(_)
             | StreamBeforeInitialized => StatusCode::BAD_REQUEST,
-            TooManyStreams { .. } => StatusCode::TOO_MANY_REQUESTS,
+            TooManyStreams { .. } | TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             MethodNotServed(_) => StatusCode::NOT_FOUND,
             SessionNotFound => StatusCode::NOT_FOUND,
             MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
@@ -317,6 +346,7 @@ impl GatewayError {
             | UpstreamTimeout { .. }
             | UpstreamClosed { .. }
             | UpstreamProtocol { .. }
+            | LimitReached(_)
             | Cancelled
             | Internal => StatusCode::OK,
         }
@@ -333,6 +363,7 @@ impl GatewayError {
             MissingMeta(_) => code::INVALID_PARAMS,
             MissingClientCapability { .. } => code::MISSING_CLIENT_CAPABILITY,
             MethodNotServed(_) => code::METHOD_NOT_FOUND,
+            TooManyRequests(_) | LimitReached(_) => code::LIMIT_REACHED,
             NotAcceptable { .. }
             | UnsupportedMediaType
             | BodyTooLarge { .. }
@@ -383,6 +414,12 @@ impl GatewayError {
                     .collect();
                 Some(serde_json::json!({ "requiredCapabilities": caps }))
             }
+            GatewayError::TooManyRequests(r) | GatewayError::LimitReached(r) => {
+                Some(serde_json::json!({
+                    "limit": r.limit,
+                    "retryAfterSeconds": retry_after_secs(r.retry_after),
+                }))
+            }
             GatewayError::UpstreamUnavailable { upstream, .. }
             | GatewayError::UpstreamTimeout { upstream, .. }
             | GatewayError::UpstreamClosed { upstream, .. }
@@ -431,6 +468,12 @@ impl GatewayError {
             | GatewayError::StoreUnavailable
             | GatewayError::TooManyStreams { .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            GatewayError::TooManyRequests(r) => {
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(retry_after_secs(r.retry_after)),
+                );
             }
             // Bodies in the budget finish or time out within seconds.
             GatewayError::BodyBudgetExhausted => {

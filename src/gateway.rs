@@ -37,6 +37,9 @@ pub struct Gateway {
     pub limits: Limits,
     /// Reads every client request body under `limits` and the process-wide body budget.
     pub bodies: crate::http::body::BodyReader,
+    /// Proxies trusted to name the client (`Forwarded`, `X-Forwarded-For`), for the client
+    /// address that per-user limits of tenants without `auth` count.
+    pub trusted_proxies: Vec<crate::config::Cidr>,
     /// Whether the listener is bound to a loopback address (stricter Host/Origin defaults).
     loopback: bool,
     shutdown: watch::Sender<bool>,
@@ -162,6 +165,7 @@ impl Gateway {
             session_bounds: config.sessions.bounds,
             limits: config.limits.clone(),
             bodies: crate::http::body::BodyReader::new(&config.limits),
+            trusted_proxies: config.trusted_proxies.clone(),
             loopback: config.listen.ip().to_canonical().is_loopback(),
             shutdown: watch::channel(false).0,
             bus_listener: Mutex::new(None),
@@ -714,6 +718,10 @@ fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
         ("limits", running.limits != next.limits),
         ("sessions", running.sessions != next.sessions),
         ("telemetry", running.telemetry != next.telemetry),
+        (
+            "trusted_proxies",
+            running.trusted_proxies != next.trusted_proxies,
+        ),
     ]
     .into_iter()
     .filter_map(|(name, changed)| changed.then_some(name))

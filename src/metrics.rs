@@ -42,6 +42,12 @@ pub struct Metrics {
     pub auth_failures: IntCounterVec,
     /// `switchyard_redis_operation_duration_seconds{op}`.
     pub redis_seconds: HistogramVec,
+    /// `switchyard_limit_refusals_total{tenant, limit}`: what a tenant limit refused; `limit`
+    /// is the limit's name in the config (`sessions_per_user`, `calls[0]`, ...).
+    pub limit_refusals: IntCounterVec,
+    /// `switchyard_limit_usage{tenant, limit}`: what a limit counts now on this replica
+    /// (sessions, processes, calls in flight), next to its bound.
+    pub limit_usage: IntGaugeVec,
     /// `switchyard_redis_errors_total{op}`.
     pub redis_errors: IntCounterVec,
     /// `switchyard_config_reloads_total{outcome}`: `applied`, `unchanged` or `rejected`.
@@ -119,6 +125,18 @@ impl Metrics {
         r.register(Box::new(body_bytes_buffered.clone()))
             .expect("unique metric");
         Metrics {
+            limit_refusals: counter(
+                &r,
+                "switchyard_limit_refusals_total",
+                "Requests, sessions and calls a tenant limit refused, by the limit's config name.",
+                &["tenant", "limit"],
+            ),
+            limit_usage: gauge(
+                &r,
+                "switchyard_limit_usage",
+                "What a tenant limit counts now on this replica (sessions, processes, calls in flight).",
+                &["tenant", "limit"],
+            ),
             config_last_reload_successful,
             body_bytes_buffered,
             connections_open: gauge(

@@ -32,16 +32,29 @@ pub struct Principal {
     pub scopes: HashSet<String>,
     /// Every claim of the token, for claim-based tool policies.
     pub claims: Map<String, Value>,
+    /// Whose budget the tenant's per-user limits charge: the user key when a token names the
+    /// user, else a key of the client's address (`http::client_addr`), so anonymous clients do
+    /// not share one budget (their sessions are still bound to `user`).
+    pub budget: Arc<str>,
 }
 
 impl Principal {
-    /// The principal of tenants without authentication.
+    /// The principal of tenants without authentication (one budget for all: see
+    /// [`Principal::charged_to`]).
     pub fn anonymous() -> Principal {
+        let user: Arc<str> = crate::gateway::ANONYMOUS.into();
         Principal {
-            user: crate::gateway::ANONYMOUS.into(),
+            budget: user.clone(),
+            user,
             scopes: HashSet::new(),
             claims: Map::new(),
         }
+    }
+
+    /// This principal, with its per-user limits charged to `budget`.
+    pub fn charged_to(mut self, budget: String) -> Principal {
+        self.budget = budget.into();
+        self
     }
 
     /// Whether claim `name` equals `value` (or is an array containing it).
@@ -182,8 +195,10 @@ impl Authenticator {
                 missing,
             });
         }
+        let user: Arc<str> = user_key(&iss, &sub).into();
         Ok(Principal {
-            user: user_key(&iss, &sub).into(),
+            budget: user.clone(),
+            user,
             scopes,
             claims,
         })

@@ -26,7 +26,11 @@ impl Cidr {
             None => max,
             Some(p) => match p.parse::<u8>() {
                 Ok(n) if n <= max => n,
-                _ => return Err(format!("the prefix length must be a number from 0 to {max}")),
+                _ => {
+                    return Err(format!(
+                        "the prefix length must be a number from 0 to {max}"
+                    ));
+                }
             },
         };
         let cidr = Cidr { network, prefix };
@@ -49,7 +53,9 @@ impl Cidr {
         match ip {
             IpAddr::V4(v4) => {
                 let bits = u32::from(v4);
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 IpAddr::V4((bits & mask).into())
             }
             IpAddr::V6(v6) => {
@@ -87,13 +93,21 @@ mod tests {
         let v6 = Cidr::parse("fd00::/8").unwrap();
         assert!(v6.contains("fd12::1".parse().unwrap()));
         assert!(!v6.contains("fe80::1".parse().unwrap()));
-        assert!(Cidr::parse("0.0.0.0/0").unwrap().contains("8.8.8.8".parse().unwrap()));
+        assert!(
+            Cidr::parse("0.0.0.0/0")
+                .unwrap()
+                .contains("8.8.8.8".parse().unwrap())
+        );
         assert_eq!(Cidr::parse("::/0").unwrap().to_string(), "::/0");
     }
 
     #[test]
     fn mistakes_are_refused() {
-        assert!(Cidr::parse("10.1.2.3/8").unwrap_err().contains("10.0.0.0/8"));
+        assert!(
+            Cidr::parse("10.1.2.3/8")
+                .unwrap_err()
+                .contains("10.0.0.0/8")
+        );
         assert!(Cidr::parse("10.0.0.0/33").is_err());
         assert!(Cidr::parse("host.example/8").is_err());
         assert!(Cidr::parse("10.0.0.0/x").is_err());

@@ -363,3 +363,6 @@ tenants:
 
 #[path = "security_rules_tests.rs"]
 mod rules;
+
+#[path = "tenant_limits_tests.rs"]
+mod tenant_limits;

@@ -40,12 +40,18 @@ pub(super) fn tenant_limits(
         (u64::from(d.sessions_per_user), 1, MAX_SESSIONS),
         "sessions_per_user",
     );
-    let optional = |checker: &mut Checker<'_>, field: &Field<u64>, max: u64, name: &str| match field {
+    let optional = |checker: &mut Checker<'_>, field: &Field<u64>, max: u64, name: &str| match field
+    {
         None => Some(None),
         Some(_) => count(checker, field, (0, 1, max), name).map(|n| u32::try_from(n).ok()),
     };
     let sessions = optional(checker, &raw.sessions, MAX_SESSIONS, "sessions");
-    let session_processes = optional(checker, &raw.session_processes, MAX_SESSIONS, "session_processes");
+    let session_processes = optional(
+        checker,
+        &raw.session_processes,
+        MAX_SESSIONS,
+        "session_processes",
+    );
     let handshake_timeout = checker.duration(
         &raw.handshake_timeout,
         d.handshake_timeout,
@@ -75,8 +81,11 @@ pub(super) fn tenant_limits(
     let quotas = raw.quotas.as_ref().map_or(Some(Quotas::default()), |sp| {
         let q = sp.get()?;
         let per_day = optional_u64(checker, &q.calls_per_user_per_day, "calls_per_user_per_day");
-        let per_month =
-            optional_u64(checker, &q.calls_per_user_per_month, "calls_per_user_per_month");
+        let per_month = optional_u64(
+            checker,
+            &q.calls_per_user_per_month,
+            "calls_per_user_per_month",
+        );
         Some(Quotas {
             calls_per_user_per_day: per_day?,
             calls_per_user_per_month: per_month?,
@@ -155,14 +164,21 @@ fn rate(
     };
     let burst = match burst {
         None => count,
-        Some(_) => u32::try_from(super::validate_limits::count(checker, burst, (0, 1, MAX_BURST), "burst")?).ok()?,
+        Some(_) => u32::try_from(super::validate_limits::count(
+            checker,
+            burst,
+            (0, 1, MAX_BURST),
+            "burst",
+        )?)
+        .ok()?,
     };
     Some(Rate { count, per, burst })
 }
 
 /// `N/s`, `N/min`, `N/h`, `N/day` (also `second`, `minute`, `hour`, `d`).
 pub fn parse_rate(text: &str) -> Result<(u32, Duration), String> {
-    const EXPECTED: &str = "expected <count>/<unit> with unit s, min, h or day, e.g. 20/s or 600/min";
+    const EXPECTED: &str =
+        "expected <count>/<unit> with unit s, min, h or day, e.g. 20/s or 600/min";
     let (count, unit) = text.trim().split_once('/').ok_or(EXPECTED)?;
     let count: u32 = count
         .trim()
@@ -194,7 +210,10 @@ fn upstream_field(
     };
     let pattern = sp.get()?;
     if let Err(problem) = rules_security::upstream_pattern(pattern) {
-        checker.error(&sp.loc, format!("invalid upstream {}: {problem}", shown(sp)));
+        checker.error(
+            &sp.loc,
+            format!("invalid upstream {}: {problem}", shown(sp)),
+        );
         return None;
     }
     if let Some(names) = upstreams
@@ -261,7 +280,12 @@ fn concurrency_limit(
             checker.missing(&item.loc, "max_in_flight");
             None
         }
-        Some(_) => count(checker, &raw.max_in_flight, (0, 1, MAX_IN_FLIGHT), "max_in_flight"),
+        Some(_) => count(
+            checker,
+            &raw.max_in_flight,
+            (0, 1, MAX_IN_FLIGHT),
+            "max_in_flight",
+        ),
     };
     let queue = count(
         checker,

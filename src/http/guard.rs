@@ -26,7 +26,18 @@ pub async fn admit(
     let host = check_host(gateway, tenant, parts)?;
     check_origin(gateway, tenant, &parts.headers, &host, tls(parts))?;
     match &tenant.authenticator {
-        None => Ok(Principal::anonymous()),
+        None => Ok(match parts.extensions.get::<crate::listener::ConnInfo>() {
+            Some(conn) => {
+                let client = super::client_addr::client_address(
+                    conn.remote.ip(),
+                    &parts.headers,
+                    &gateway.trusted_proxies,
+                );
+                Principal::anonymous().charged_to(super::client_addr::budget_key(client))
+            }
+            // A request built in-process (tests driving the router directly) has no peer.
+            None => Principal::anonymous(),
+        }),
         Some(auth) => {
             let resource = resource_identity(tenant, parts, &host);
             auth.authenticate(&parts.headers, &parts.uri, &resource)

@@ -5,6 +5,7 @@
 mod authority;
 mod batch;
 pub mod body;
+pub mod client_addr;
 pub mod endpoint;
 pub mod guard;
 pub mod headers;

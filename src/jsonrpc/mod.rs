@@ -41,6 +41,10 @@ pub mod code {
     pub const HEADER_MISMATCH: i64 = -32020;
     /// A capability the client did not declare is needed (2026-07-28).
     pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
+    /// A tenant limit refused the request (a rate, a quota, a cap); `data` names the limit and
+    /// carries `retryAfterSeconds`. In the implementation-defined server range, as other MCP
+    /// gateways use it for rate limits.
+    pub const LIMIT_REACHED: i64 = -32029;
 }
 
 /// An owned request id as it appeared on the wire (`17` or `"abc"`), kept verbatim so it can be
