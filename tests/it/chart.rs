@@ -111,7 +111,7 @@ fn default_values_render_one_memory_replica_with_the_demo_tenant() {
     assert!(routing.get("tls").is_none());
     assert_eq!(routing["tenants"][0]["name"], "demo");
     assert!(
-        checked.contains("ok (1 tenant(s), 1 upstream(s))"),
+        checked.contains("ok (1 tenant(s), 1 upstream(s)"),
         "{checked}"
     );
 }
@@ -122,7 +122,7 @@ fn tls_redis_two_tenants_values_render_a_scaled_https_gateway() {
     let values = chart_file("ci/tls-redis-two-tenants-values.yaml");
     let (docs, checked) = verified_render(&helm, &dir, &values, &[]);
     assert!(
-        checked.contains("ok (2 tenant(s), 2 upstream(s))"),
+        checked.contains("ok (2 tenant(s), 2 upstream(s)"),
         "{checked}"
     );
 
@@ -264,7 +264,7 @@ fn ingress_otel_values_render_an_ingress_and_roll_pods_on_config_changes() {
     let values = chart_file("ci/ingress-otel-values.yaml");
     let (docs, checked) = verified_render(&helm, &dir, &values, &[]);
     assert!(
-        checked.contains("ok (1 tenant(s), 2 upstream(s))"),
+        checked.contains("ok (1 tenant(s), 2 upstream(s)"),
         "{checked}"
     );
 

@@ -44,6 +44,8 @@ pub fn exported() -> Exported {
     touch(&m.connections_timed_out);
     touch(&m.notifications_dropped);
     touch(&m.server_requests_refused);
+    touch(&m.limit_refusals);
+    touch(&m.limit_usage);
     let text = String::from_utf8(m.render()).expect("the exposition is UTF-8");
     let mut series: Exported = BTreeMap::new();
     for line in text
