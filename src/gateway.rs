@@ -37,6 +37,8 @@ pub struct Gateway {
     pub limits: Limits,
     /// Reads every client request body under `limits` and the process-wide body budget.
     pub bodies: crate::http::body::BodyReader,
+    /// Tenant limits' state (buckets, session counters, upstream gates).
+    pub limiter: crate::limits::Limiter,
     /// Proxies trusted to name the client (`Forwarded`, `X-Forwarded-For`), for the client
     /// address that per-user limits of tenants without `auth` count.
     pub trusted_proxies: Vec<crate::config::Cidr>,
@@ -156,6 +158,7 @@ impl Gateway {
             .iter()
             .map(|t| Tenant::start(t, &config.limits, bus.tenant_key(&t.name)))
             .collect::<Result<Vec<_>, String>>()?;
+        let limiter = crate::limits::Limiter::new(&store);
         let gateway = Arc::new(Gateway {
             tenants: ArcSwap::from_pointee(TenantTable::new(tenants)),
             applied: tokio::sync::Mutex::new(config.clone()),
@@ -166,6 +169,7 @@ impl Gateway {
             limits: config.limits.clone(),
             bodies: crate::http::body::BodyReader::new(&config.limits),
             trusted_proxies: config.trusted_proxies.clone(),
+            limiter,
             loopback: config.listen.ip().to_canonical().is_loopback(),
             shutdown: watch::channel(false).0,
             bus_listener: Mutex::new(None),

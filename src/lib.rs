@@ -12,6 +12,7 @@ pub mod events;
 pub mod gateway;
 pub mod http;
 pub mod jsonrpc;
+pub mod limits;
 pub mod listener;
 pub mod metrics;
 pub mod policy;

@@ -14,6 +14,11 @@ impl RedisSessionStore {
     pub fn new(redis: Redis) -> RedisSessionStore {
         RedisSessionStore { redis }
     }
+
+    /// The connection it uses (shared with the limits kept in Redis).
+    pub fn redis(&self) -> &Redis {
+        &self.redis
+    }
 }
 
 fn ttl_secs(ttl: Duration) -> u64 {

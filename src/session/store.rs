@@ -90,6 +90,17 @@ pub enum SessionBackend {
     Redis(RedisSessionStore),
 }
 
+impl SessionBackend {
+    /// The Redis connection, when sessions are kept there (limits keep their counters there
+    /// too, so that every replica enforces one limit).
+    pub fn redis(&self) -> Option<&crate::cluster::Redis> {
+        match self {
+            SessionBackend::Memory(_) => None,
+            SessionBackend::Redis(r) => Some(r.redis()),
+        }
+    }
+}
+
 impl SessionStore for SessionBackend {
     async fn create(
         &self,
