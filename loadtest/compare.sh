@@ -15,6 +15,13 @@
 # to a file. Environment: SESSIONS (saturation, default 32), RATE (moderate load, calls/s, default 500),
 # RATE_SESSIONS (default 16). Everything binds to 127.0.0.1; every process started here is
 # stopped on exit. The JSON reports are kept in $OUT (default target/loadtest/compare).
+#
+# Before/after a change, in the same interleaved rounds: SY_BASELINE=<gateway binary> (e.g. a
+# build from before it, copied out of target/) adds base-memory and base-redis, that build in
+# front of the same upstream; LIMITS='<flow map>' (a tenant's `limits:`, e.g. "{requests_per_user:
+# {rate: 1000000/s}}") adds limited-memory and limited-redis, this build with those limits.
+# ONLY='<targets>' measures just those (and direct, the reference), e.g. ONLY="gateway-memory
+# base-memory".
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" compare
 SECONDS_RUN="${1:-5}"
 ROUNDS="${2:-3}"
@@ -40,8 +47,11 @@ wait_port "$RPORT"
 
 declare -A TARGET=([direct]="$UPSTREAM")
 declare -A CPU=([direct]="--cpu upstream=$UP_PID")
-gateway() { # $1 = label, $2 = store YAML, $3 = upstream YAML; sets TARGET[gateway-$1]
-    local label="$1" port; port="$(free_port)"
+# $1 = target name, $2 = store YAML, $3 = upstream YAML, $4 = gateway binary (default this
+# build's), $5 = the tenant's limits (flow map, default none); sets TARGET[$1]
+gateway() {
+    local label="$1" bin="${4:-$GW}" limits="" port; port="$(free_port)"
+    if [[ -n "${5:-}" ]]; then limits="    limits: $5"; fi
     cat >"$WORK/$label.yaml" <<YAML
 listen: 127.0.0.1:$port
 sessions:
@@ -49,16 +59,17 @@ sessions:
   store: $2
 tenants:
   - name: load
+$limits
     upstreams:
       - $3
 YAML
-    if [[ "$2" != memory ]]; then "$GW" migrate --config "$WORK/$label.yaml" >&2; fi
-    "$GW" run --config "$WORK/$label.yaml" --reload-poll 0 >/dev/null 2>"$WORK/$label.log" &
+    if [[ "$2" != memory ]]; then "$bin" migrate --config "$WORK/$label.yaml" >&2; fi
+    "$bin" run --config "$WORK/$label.yaml" --reload-poll 0 >/dev/null 2>"$WORK/$label.log" &
     local pid=$!
     PIDS+=("$pid")
     wait_port "$port"
-    TARGET[gateway-$label]="http://127.0.0.1:$port/t/load/mcp"
-    CPU[gateway-$label]="--cpu gateway=$pid --cpu upstream=$UP_PID"
+    TARGET[$label]="http://127.0.0.1:$port/t/load/mcp"
+    CPU[$label]="--cpu gateway=$pid --cpu upstream=$UP_PID"
 }
 
 # The reference: a plain reverse proxy (nginx, one worker process, keep-alive connections to
@@ -103,11 +114,27 @@ fi
 
 HTTP_UP="{name: demo, http: {url: \"$UPSTREAM\"}}"
 STDIO_UP="{name: demo, stdio: {command: \"$GW\", args: [demo-server, --stdio], sharing: shared, pool_size: 2}}"
-gateway memory memory "$HTTP_UP"
-gateway redis "{redis: {url: \"redis://127.0.0.1:$RPORT\", prefix: sy}}" "$HTTP_UP"
-gateway stdio memory "$STDIO_UP"
-ORDER=(direct gateway-memory gateway-redis gateway-stdio)
-if [[ -n "$NGINX" ]]; then ORDER=(direct nginx gateway-memory gateway-redis gateway-stdio); fi
+redis_store() { echo "{redis: {url: \"redis://127.0.0.1:$RPORT\", prefix: $1}}"; }
+ORDER=(direct)
+if [[ -n "$NGINX" ]]; then ORDER+=(nginx); fi
+ORDER+=(gateway-memory gateway-redis gateway-stdio)
+if [[ -n "${SY_BASELINE:-}" ]]; then ORDER+=(base-memory base-redis); fi
+if [[ -n "${LIMITS:-}" ]]; then ORDER+=(limited-memory limited-redis); fi
+if [[ -n "${ONLY:-}" ]]; then
+    ONLY_ORDER=(direct)
+    for t in "${ORDER[@]}"; do
+        if [[ " $ONLY " == *" $t "* ]]; then ONLY_ORDER+=("$t"); fi
+    done
+    ORDER=("${ONLY_ORDER[@]}")
+fi
+wanted() { [[ " ${ORDER[*]} " == *" $1 "* ]]; }
+if wanted gateway-memory; then gateway gateway-memory memory "$HTTP_UP"; fi
+if wanted gateway-redis; then gateway gateway-redis "$(redis_store sy)" "$HTTP_UP"; fi
+if wanted gateway-stdio; then gateway gateway-stdio memory "$STDIO_UP"; fi
+if wanted base-memory; then gateway base-memory memory "$HTTP_UP" "$SY_BASELINE"; fi
+if wanted base-redis; then gateway base-redis "$(redis_store base)" "$HTTP_UP" "$SY_BASELINE"; fi
+if wanted limited-memory; then gateway limited-memory memory "$HTTP_UP" "$GW" "$LIMITS"; fi
+if wanted limited-redis; then gateway limited-redis "$(redis_store lim)" "$HTTP_UP" "$GW" "$LIMITS"; fi
 
 measure() { # $1 = load name, $2.. = sy-load args
     local load="$1"; shift

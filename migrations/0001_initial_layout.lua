@@ -8,6 +8,12 @@
 --   <p>:v1:broadcast                           pub/sub channel of every replica
 --   <p>:v1:signing-secret                      the replicas' shared signing secret (created on
 --                                              first start with SET NX; added within layout 1)
+--   <p>:v1:lim:{<tenant>}:rate:<limit>[:<user>]  token bucket of a rate limit: the time it
+--                                              is full again (µs), expiring then (added
+--                                              within layout 1)
+--   <p>:v1:lim:{<tenant>}:quota:<period>:<user>  a user's tool calls in one UTC day (d<days>)
+--                                              or month (m<yyyymm>), expiring after it (added
+--                                              within layout 1)
 --   <p>:meta:layout                            applied layout version
 --   <p>:meta:migrations                        hash: version -> applied at (ms since epoch)
 -- Nothing existed before layout 1, so this step only records the version.

@@ -104,6 +104,43 @@ impl Keys {
         format!("{}:v1:signing-secret", self.prefix)
     }
 
+    /// `<prefix>:v1:lim:{<tenant>}:` (tenant escaped like session tags): every limit key of a
+    /// tenant carries the tenant's hash tag, so a script over several of them stays on one
+    /// Redis Cluster slot.
+    fn limits_of(&self, tenant: &str) -> String {
+        let mut k = String::with_capacity(self.prefix.len() + tenant.len() + 64);
+        k.push_str(&self.prefix);
+        k.push_str(":v1:lim:{");
+        escape_into(&mut k, tenant);
+        k.push_str("}:");
+        k
+    }
+
+    /// A token bucket of a tenant's rate limits (the time it is full again, µs; expires
+    /// then): `bucket` names the limit (`rpu`, `rt`, `c<selection>`), `budget` the user whose
+    /// bucket it is (`None`: the tenant's).
+    pub fn rate_bucket(&self, tenant: &str, bucket: &str, budget: Option<&str>) -> String {
+        let mut k = self.limits_of(tenant);
+        k.push_str("rate:");
+        k.push_str(bucket);
+        if let Some(budget) = budget {
+            k.push(':');
+            escape_into(&mut k, budget);
+        }
+        k
+    }
+
+    /// A user's tool calls in one quota period (`d<days since the epoch>` or `m<yyyymm>`,
+    /// UTC); expires after the period.
+    pub fn quota(&self, tenant: &str, period: &str, budget: &str) -> String {
+        let mut k = self.limits_of(tenant);
+        k.push_str("quota:");
+        k.push_str(period);
+        k.push(':');
+        escape_into(&mut k, budget);
+        k
+    }
+
     /// The applied layout version.
     pub fn layout(&self) -> String {
         format!("{}:meta:layout", self.prefix)
@@ -168,6 +205,24 @@ mod tests {
         assert_eq!(keys.get_holder(&k), "sy:v1:get:{acme:u-1:abc}");
         assert_eq!(keys.owner(&k.id), "sy:v1:sid:abc");
         assert_eq!(keys.layout(), "sy:meta:layout");
+    }
+
+    #[test]
+    fn limit_keys_carry_the_tenant_alone_in_their_hash_tag() {
+        let keys = Keys::new("sy");
+        assert_eq!(
+            keys.rate_bucket("acme", "rpu", Some("u:1")),
+            "sy:v1:lim:{acme}:rate:rpu:u%3A1"
+        );
+        assert_eq!(
+            keys.rate_bucket("acme", "rt", None),
+            "sy:v1:lim:{acme}:rate:rt"
+        );
+        assert_eq!(
+            keys.quota("we}ird", "d20781", "u"),
+            "sy:v1:lim:{we%7Dird}:quota:d20781:u"
+        );
+        assert!(keys.is_current_layout(&keys.quota("a", "m202611", "u")));
     }
 
     #[test]

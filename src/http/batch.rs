@@ -64,6 +64,17 @@ pub(super) async fn serve(
             "initialize must not be part of a JSON-RPC batch".into(),
         ));
     }
+    // Request rates: a token per request member, all at once, before the session is found.
+    let requests = parsed
+        .iter()
+        .filter(|m| matches!(m, Ok(Message::Request(_))))
+        .count();
+    let requests = u32::try_from(requests).unwrap_or(u32::MAX);
+    gateway
+        .limiter
+        .rates
+        .check_request(tenant, principal, requests)
+        .await?;
     headers::protocol_version(&parts.headers)?;
     let session = endpoint::session_of(gateway, tenant, parts, &principal.user).await?;
     if session.protocol_version != ProtocolVersion::V2025_03_26 {
@@ -71,7 +82,7 @@ pub(super) async fn serve(
     }
     let answers = futures_util::future::join_all(members.iter().zip(parsed).map(|(raw, m)| {
         let raw = bytes.slice_ref(raw.get().as_bytes());
-        member(tenant, &session, principal, parts, raw, m)
+        member(gateway, tenant, &session, principal, parts, raw, m)
     }))
     .await;
     // Another replica may serve the next request: what changed must be in the store.
@@ -81,6 +92,7 @@ pub(super) async fn serve(
 
 /// Handles one member as if it had been posted alone.
 async fn member(
+    gateway: &Gateway,
     tenant: &Arc<Tenant>,
     session: &Arc<LiveSession>,
     principal: &Principal,
@@ -104,7 +116,7 @@ async fn member(
             Answer::Nothing
         }
         Ok(Message::Request(req)) => {
-            match router::handle_request(tenant, session, principal, &req).await {
+            match router::handle_request(gateway, tenant, session, principal, &req).await {
                 Ok(Reply::Json(body)) => Answer::Done(body),
                 Ok(Reply::Stream(mut stream)) => match stream.next().await {
                     Some(StreamItem::Final(body)) => Answer::Done(body),

@@ -211,6 +211,17 @@ async fn dispatch(
 ) -> Result<Response<Body>, GatewayError> {
     let user = &*principal.user;
 
+    // Request rates: after authentication, before a session is looked up or created.
+    if let Message::Request(req) = &message
+        && let Err(e) = gateway
+            .limiter
+            .rates
+            .check_request(tenant, principal, 1)
+            .await
+    {
+        return Ok(e.into_response(Some(req.id)));
+    }
+
     // The stateless revision: no session, every request stands alone.
     if stateless::selected(&parts.headers, message_params(&message)) {
         return Ok(stateless::serve(gateway, tenant, principal, parts, message).await);
@@ -252,7 +263,7 @@ async fn dispatch(
     let session = session_of(gateway, tenant, parts, user).await?;
     let response = match message {
         Message::Request(req) => {
-            match router::handle_request(tenant, &session, principal, &req).await {
+            match router::handle_request(gateway, tenant, &session, principal, &req).await {
                 Ok(Reply::Json(body)) => json(body),
                 Ok(Reply::Stream(stream)) => {
                     respond_stream(gateway, &session, stream, req.id).await

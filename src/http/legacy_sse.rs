@@ -261,6 +261,16 @@ async fn dispatch(
     bytes: &Bytes,
     message: Message<'_>,
 ) -> Result<Response<Body>, GatewayError> {
+    // Request rates: after authentication, before the session is looked up or created.
+    if let Message::Request(req) = &message
+        && let Err(e) = gateway
+            .limiter
+            .rates
+            .check_request(tenant, principal, 1)
+            .await
+    {
+        return Ok(e.into_response(Some(req.id)));
+    }
     let session = match gateway
         .find_session(tenant, &principal.user, presented)
         .await
@@ -419,7 +429,7 @@ fn answer(
         let Ok(Message::Request(req)) = jsonrpc::parse(&bytes) else {
             return;
         };
-        match router::handle_request(&tenant, &session, &principal, &req).await {
+        match router::handle_request(&gateway, &tenant, &session, &principal, &req).await {
             Ok(Reply::Json(body)) => send(&session, body),
             Ok(Reply::Stream(mut stream)) => {
                 while let Some(item) = stream.next().await {

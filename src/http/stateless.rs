@@ -114,7 +114,7 @@ async fn request(
             .map_err(GatewayError::HeaderMismatch)?;
     }
     if req.method == "subscriptions/listen" {
-        return Ok(listen(tenant, &session, principal, req, params.as_ref()).await);
+        return Ok(listen(gateway, tenant, &session, principal, req, params.as_ref()).await);
     }
     let mut exchange = Exchange {
         tenant: tenant.clone(),
@@ -151,7 +151,9 @@ async fn request(
                     method: req.method.clone(),
                     params: Some(&retry_params),
                 };
-                return exchange.forward(tenant, &session, principal, &req).await;
+                return exchange
+                    .forward(gateway, tenant, &session, principal, &req)
+                    .await;
             }
         };
         let left = mrtr::answer(
@@ -168,7 +170,9 @@ async fn request(
         return Ok(exchange.drive(parked.stream).await);
     }
 
-    exchange.forward(tenant, &session, principal, req).await
+    exchange
+        .forward(gateway, tenant, &session, principal, req)
+        .await
 }
 
 /// The name or URI a request targets (`Mcp-Name`), for the methods that have one.
@@ -263,12 +267,13 @@ impl Exchange {
     /// Sends the request on through the user's session.
     async fn forward(
         self,
+        gateway: &Gateway,
         tenant: &Arc<Tenant>,
         session: &Arc<LiveSession>,
         principal: &Principal,
         req: &Request<'_>,
     ) -> Result<Response<Body>, GatewayError> {
-        let reply = router::handle_request(tenant, session, principal, req)
+        let reply = router::handle_request(gateway, tenant, session, principal, req)
             .await
             .map_err(|e| match e {
                 GatewayError::MethodNotFound(m) => GatewayError::MethodNotServed(m),
@@ -592,6 +597,7 @@ impl Filter {
 /// change notifications the client opted in to, each tagged with the subscription's id (the
 /// request's id), until the client closes it.
 async fn listen(
+    gateway: &Gateway,
     tenant: &Arc<Tenant>,
     session: &Arc<LiveSession>,
     principal: &Principal,
@@ -608,7 +614,7 @@ async fn listen(
             method: "resources/subscribe".into(),
             params: Some(&params),
         };
-        match router::handle_request(tenant, session, principal, &subscribe).await {
+        match router::handle_request(gateway, tenant, session, principal, &subscribe).await {
             Ok(Reply::Stream(mut s)) => while let Some(StreamItem::Message(..)) = s.next().await {},
             Ok(Reply::Json(_)) => {}
             Err(e) => {

@@ -20,7 +20,9 @@ pub use initialize::{Opening, initialize};
 use crate::auth::Principal;
 use crate::cluster::{BusMessage, replica_of};
 use crate::error::GatewayError;
+use crate::gateway::Gateway;
 use crate::jsonrpc::{self, Notification, RawObject, Request, Response};
+use crate::limits::rate::Rates;
 use crate::policy::Decision;
 use crate::protocol::param_headers::ParamHeaders;
 use crate::protocol::rewrite::ResultShape;
@@ -39,6 +41,7 @@ pub enum Reply {
 
 /// Handles a request on an established session.
 pub async fn handle_request(
+    gateway: &Gateway,
     tenant: &Arc<Tenant>,
     session: &Arc<LiveSession>,
     principal: &Principal,
@@ -57,9 +60,11 @@ pub async fn handle_request(
         Method::ResourcesTemplatesList => {
             list(tenant, session, principal, req, ListKind::ResourceTemplates).await
         }
-        Method::ToolsCall => route_by_name(tenant, session, principal, req, ListKind::Tools).await,
+        Method::ToolsCall => {
+            route_by_name(gateway, tenant, session, principal, req, ListKind::Tools).await
+        }
         Method::PromptsGet => {
-            route_by_name(tenant, session, principal, req, ListKind::Prompts).await
+            route_by_name(gateway, tenant, session, principal, req, ListKind::Prompts).await
         }
         Method::ResourcesRead | Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => {
             route_by_uri(tenant, session, req).await
@@ -434,6 +439,7 @@ async fn resolve_uri<'t>(
 
 /// `tools/call` and `prompts/get`: the `name` selects the upstream; the prefix is stripped.
 async fn route_by_name(
+    gateway: &Gateway,
     tenant: &Arc<Tenant>,
     session: &Arc<LiveSession>,
     principal: &Principal,
@@ -445,7 +451,8 @@ async fn route_by_name(
         _ => ResultShape::PromptGet,
     };
     let policed = kind == ListKind::Tools && !tenant.policies.is_empty();
-    if tenant.is_transparent() && !policed {
+    let limited = kind == ListKind::Tools && Rates::limits_calls(&tenant.config.limits);
+    if tenant.is_transparent() && !policed && !limited {
         let upstream = &tenant.upstreams[0];
         return forward(
             session,
@@ -480,6 +487,14 @@ async fn route_by_name(
             }
             Decision::Hidden => return Err(names::unknown_name(tenant, "tool", &name)),
         }
+    }
+    // Rates and quotas count the tool itself too, and only calls the caller may make.
+    if limited {
+        gateway
+            .limiter
+            .rates
+            .check_call(tenant, principal, upstream.name(), &own)
+            .await?;
     }
     params.set("name", jsonrpc::raw_string(&own));
     let params = params.to_raw();
