@@ -269,6 +269,42 @@ async fn a_per_user_rate_holds_once_across_two_replicas_on_one_redis() {
         assert!(ttl > 0 && ttl <= 3_600_000, "{k}: {ttl}");
     }
     assert!(refusals("rr2", "requests_per_user") >= 2);
+
+    // A spent budget is refused by each replica without asking Redis again until a token is
+    // back: a flood from it costs Redis (almost) nothing.
+    let scripts_before = script_calls(&mut conn).await;
+    for i in 0..60 {
+        let r = alice
+            .on(urls[i % 2].clone())
+            .request("ping", json!({}))
+            .await;
+        assert_refused_before_session(&r, "requests_per_user", 360);
+    }
+    let scripts = script_calls(&mut conn).await - scripts_before;
+    assert!(
+        scripts < 10,
+        "60 refused requests ran {scripts} scripts in Redis"
+    );
+}
+
+/// Scripts Redis has run (`EVALSHA` and `EVAL`), from `INFO commandstats`.
+async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO commandstats");
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
 }
 
 #[tokio::test]

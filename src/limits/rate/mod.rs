@@ -8,6 +8,7 @@
 
 mod bucket;
 mod local;
+mod refused;
 mod shared;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -184,7 +185,8 @@ impl Rates {
     ) -> Result<Verdict, GatewayError> {
         let error = match &self.backend {
             Backend::Local(local) => return Ok(local.check(&tenant.name, buckets, quotas, now)),
-            Backend::Shared(shared) => match shared.check(&tenant.name, buckets, quotas).await {
+            Backend::Shared(shared) => match shared.check(&tenant.name, buckets, quotas, now).await
+            {
                 Ok(verdict) => return Ok(verdict),
                 Err(e) => e,
             },

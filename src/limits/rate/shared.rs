@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::bucket::{BucketCheck, QuotaCheck, Verdict};
+use super::refused::Refusals;
 use crate::cluster::Redis;
 use crate::session::StoreError;
 
@@ -16,21 +17,34 @@ static SCRIPT: LazyLock<::redis::Script> =
 
 pub struct SharedRates {
     redis: Redis,
+    /// Buckets Redis refused, until their tokens are back: refused here without a round trip.
+    refusals: Refusals,
 }
 
 impl SharedRates {
     pub fn new(redis: Redis) -> SharedRates {
-        SharedRates { redis }
+        SharedRates {
+            redis,
+            refusals: Refusals::default(),
+        }
     }
 
     /// Charges every bucket and quota of one check, or none: one script, one round trip,
-    /// bounded by the store's timeout.
+    /// bounded by the store's timeout; none while a bucket is known to refuse (`now`: the
+    /// local clock, microseconds).
     pub async fn check(
         &self,
         tenant: &str,
         buckets: &[BucketCheck<'_>],
         quotas: &[QuotaCheck<'_>],
+        now: u64,
     ) -> Result<Verdict, StoreError> {
+        if let Some((i, wait)) = self.refusals.refusing(tenant, buckets, now) {
+            return Ok(Verdict::Refused {
+                bucket: Some((i, Duration::from_micros(wait))),
+                quota: None,
+            });
+        }
         let keys = &self.redis.keys;
         let mut invocation = SCRIPT.prepare_invoke();
         let mut part = String::with_capacity(24);
@@ -61,6 +75,9 @@ impl SharedRates {
             .redis
             .run("limit_rates", invocation.invoke_async(&mut conn))
             .await?;
+        if let Some(b) = bucket.checked_sub(1).and_then(|i| buckets.get(i)) {
+            self.refusals.remember(tenant, b, now, wait);
+        }
         Ok(if bucket == 0 && quota == 0 {
             Verdict::Allowed
         } else {
