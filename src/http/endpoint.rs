@@ -239,7 +239,7 @@ async fn dispatch(
         }
         let opening = router::Opening::StreamableHttp;
         return Ok(
-            match router::initialize(gateway, tenant, user, req, opening).await {
+            match router::initialize(gateway, tenant, principal, req, opening).await {
                 Ok((session, body)) => {
                     note_session(&session);
                     let mut resp = json(body);

@@ -100,11 +100,11 @@ async fn open_stream(
         tracing::warn!(error = %e, "2024-11-05 stream not announced to the other replicas");
     }
     tracing::info!(tenant = %tenant.name, session = ?key.id, "2024-11-05 SSE stream opened");
-    tokio::spawn(close_unless_initialized(
-        Arc::downgrade(gateway),
-        tenant.clone(),
-        key.clone(),
-    ));
+    // A stream that never sends `initialize` holds a connection for nothing.
+    let deadline = gateway
+        .session_ttl
+        .min(tenant.config.limits.handshake_timeout);
+    crate::limits::sessions::handshake::watch(gateway, tenant, &key, deadline);
     let endpoint = Bytes::from(format!(
         "event: endpoint\ndata: {}/messages?sessionId={}\n\n",
         tenant.config.path,
@@ -129,34 +129,6 @@ async fn open_stream(
             chunk
         });
     Ok(sse::response(Body::from_stream(body)))
-}
-
-/// A stream whose client never sends `initialize` holds a connection for nothing: after the
-/// session idle time (`sessions.ttl`) it is closed, unless its session was opened (here or on
-/// another replica).
-async fn close_unless_initialized(
-    gateway: std::sync::Weak<Gateway>,
-    tenant: Arc<Tenant>,
-    key: SessionKey,
-) {
-    let Some(ttl) = gateway.upgrade().map(|g| g.session_ttl) else {
-        return;
-    };
-    tokio::time::sleep(ttl).await;
-    let Some(gateway) = gateway.upgrade() else {
-        return;
-    };
-    let streams = &tenant.directory.legacy_streams;
-    if streams.get(&key.id, &key.user).is_none() || streams.is_initializing(&key.id) {
-        return;
-    }
-    if let Err(GatewayError::SessionNotFound) = gateway
-        .find_session(&tenant, &key.user, key.id.as_str())
-        .await
-    {
-        tracing::info!(tenant = %tenant.name, session = ?key.id, "2024-11-05 SSE stream closed: no initialize within the session idle time");
-        streams.finish(&key.id, &key.user);
-    }
 }
 
 /// With replicas, every keep-alive refreshes the stream's claim and the session record's
@@ -344,7 +316,7 @@ async fn initialize_session(
         id: id.clone(),
         stream: local,
     };
-    match router::initialize(gateway, tenant, &principal.user, &req, opening).await {
+    match router::initialize(gateway, tenant, principal, &req, opening).await {
         Ok((session, body)) => {
             note_session(&session);
             send(&session, body);
