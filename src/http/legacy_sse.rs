@@ -154,6 +154,12 @@ fn keep_alive_hook(
             if let Err(e) = gateway.store.touch(&key, gateway.session_ttl).await {
                 tracing::debug!(error = %e, "2024-11-05 session record not refreshed");
             }
+            // And its place in the live-session counts (when it is live here).
+            let tenants = gateway.tenants();
+            let live = tenants.by_name(&key.tenant).and_then(|t| t.directory.get(&key.id));
+            if let Some(session) = live {
+                gateway.limiter.sessions.refresh(&session, gateway.session_ttl).await;
+            }
         });
     }))
 }
@@ -257,10 +263,17 @@ async fn dispatch(
     };
     attach_stream(tenant, &session);
     match message {
-        Message::Request(_) => {
+        Message::Request(req) => {
+            let in_flight = match crate::limits::sessions::enter_request(tenant, &session) {
+                Ok(guard) => guard,
+                Err(e) => {
+                    send(&session, e.to_jsonrpc(Some(req.id)));
+                    return Ok(accepted());
+                }
+            };
             // Answered on the stream by a task of its own: the client may have to POST its
             // answers to the upstream's questions before this request's response comes.
-            answer(gateway, tenant, &session, principal, bytes.clone());
+            answer(gateway, tenant, &session, principal, bytes.clone(), in_flight);
             return Ok(accepted());
         }
         // Acted on before the 202, so a request POSTed after it sees its effect.
@@ -387,6 +400,7 @@ fn answer(
     session: &Arc<LiveSession>,
     principal: &Principal,
     bytes: Bytes,
+    in_flight: crate::limits::sessions::InFlightGuard,
 ) {
     let pump = gateway.pump_started();
     let (gateway, tenant, session, principal) = (
@@ -397,6 +411,7 @@ fn answer(
     );
     let task = async move {
         let _pump = pump;
+        let _in_flight = in_flight;
         // Parsed again (borrowed, nothing copied): the POST's parse does not outlive it.
         let Ok(Message::Request(req)) = jsonrpc::parse(&bytes) else {
             return;
