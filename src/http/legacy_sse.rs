@@ -156,9 +156,15 @@ fn keep_alive_hook(
             }
             // And its place in the live-session counts (when it is live here).
             let tenants = gateway.tenants();
-            let live = tenants.by_name(&key.tenant).and_then(|t| t.directory.get(&key.id));
+            let live = tenants
+                .by_name(&key.tenant)
+                .and_then(|t| t.directory.get(&key.id));
             if let Some(session) = live {
-                gateway.limiter.sessions.refresh(&session, gateway.session_ttl).await;
+                gateway
+                    .limiter
+                    .sessions
+                    .refresh(&session, gateway.session_ttl)
+                    .await;
             }
         });
     }))
@@ -273,7 +279,14 @@ async fn dispatch(
             };
             // Answered on the stream by a task of its own: the client may have to POST its
             // answers to the upstream's questions before this request's response comes.
-            answer(gateway, tenant, &session, principal, bytes.clone(), in_flight);
+            answer(
+                gateway,
+                tenant,
+                &session,
+                principal,
+                bytes.clone(),
+                in_flight,
+            );
             return Ok(accepted());
         }
         // Acted on before the 202, so a request POSTed after it sees its effect.

@@ -8,8 +8,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::ensure_link;
-use crate::config::FailurePolicy;
 use crate::auth::Principal;
+use crate::config::FailurePolicy;
 use crate::error::GatewayError;
 use crate::events::StreamLog;
 use crate::gateway::Gateway;
@@ -96,8 +96,7 @@ pub async fn initialize(
         session.use_get_stream(log);
     }
     let session = Arc::new(session);
-    let (session, caps, instructions) = match open_session(gateway, tenant, session.clone()).await
-    {
+    let (session, caps, instructions) = match open_session(gateway, tenant, session.clone()).await {
         Ok(opened) => opened,
         Err(e) => {
             // Refused or failed: it leaves nothing behind, its count included.

@@ -235,7 +235,10 @@ async fn two_replicas_on_one_redis_hold_one_session_count() {
         );
     }
     for url in &urls {
-        let r = session(url, "203.0.113.1", true).await.err().expect("refused");
+        let r = session(url, "203.0.113.1", true)
+            .await
+            .err()
+            .expect("refused");
         assert_refused(&r, "sessions_per_user");
     }
     assert_eq!(refusals("s2", "sessions_per_user") - before, 2);
@@ -244,7 +247,10 @@ async fn two_replicas_on_one_redis_hold_one_session_count() {
     let _bob = session(&urls[1], "203.0.113.2", true)
         .await
         .unwrap_or_else(|r| panic!("bob: {r:?}"));
-    let r = session(&urls[0], "203.0.113.2", true).await.err().expect("refused");
+    let r = session(&urls[0], "203.0.113.2", true)
+        .await
+        .err()
+        .expect("refused");
     assert_refused(&r, "sessions");
 
     // One of alice's sessions ends on the replica that did not open it: room again.
@@ -255,7 +261,10 @@ async fn two_replicas_on_one_redis_hold_one_session_count() {
     let replacement = session(&urls[1], "203.0.113.1", true)
         .await
         .unwrap_or_else(|r| panic!("after DELETE: {r:?}"));
-    let r = session(&urls[0], "203.0.113.1", true).await.err().expect("refused");
+    let r = session(&urls[0], "203.0.113.1", true)
+        .await
+        .err()
+        .expect("refused");
     assert_refused(&r, "sessions_per_user");
     // The sessions that were kept work.
     for c in alice.iter().chain([&replacement]) {
@@ -267,7 +276,11 @@ async fn two_replicas_on_one_redis_hold_one_session_count() {
 }
 
 /// The live session of `c` on `gw`, if any.
-fn live(gw: &TestGateway, tenant: &str, c: &RawClient) -> Option<std::sync::Arc<switchyard::session::LiveSession>> {
+fn live(
+    gw: &TestGateway,
+    tenant: &str,
+    c: &RawClient,
+) -> Option<std::sync::Arc<switchyard::session::LiveSession>> {
     let id = SessionId::from_presented(c.session.as_deref()?)?;
     gw.gateway.tenants().by_name(tenant)?.directory.get(&id)
 }
@@ -296,13 +309,20 @@ async fn a_session_without_initialized_is_closed_at_the_handshake_deadline() {
     )]));
     let gw = TestGateway::start(cfg).await;
     let url = gw.url("hs");
-    let silent = session(&url, "192.0.2.1", false).await.expect("silent opens");
-    let polite = session(&url, "192.0.2.1", true).await.expect("polite opens");
+    let silent = session(&url, "192.0.2.1", false)
+        .await
+        .expect("silent opens");
+    let polite = session(&url, "192.0.2.1", true)
+        .await
+        .expect("polite opens");
     let silent_pid = session_process(&gw, "hs", &silent).expect("silent's process");
     let polite_pid = upstream_pid(&polite).await;
     assert!(process_alive(silent_pid));
     // Full: two live sessions for this client.
-    let r = session(&url, "192.0.2.1", true).await.err().expect("refused");
+    let r = session(&url, "192.0.2.1", true)
+        .await
+        .err()
+        .expect("refused");
     assert_refused(&r, "sessions_per_user");
 
     assert!(
@@ -347,7 +367,10 @@ async fn the_process_wide_cap_refuses_the_fourth_per_session_process() {
         clients.push(session(&url, &address, true).await.expect("within the cap"));
     }
     assert_eq!(children_of(gw.pid()).len(), 3);
-    let r = session(&url, "192.0.2.20", true).await.err().expect("refused");
+    let r = session(&url, "192.0.2.20", true)
+        .await
+        .err()
+        .expect("refused");
     assert_refused(&r, "session_processes");
     assert_eq!(children_of(gw.pid()).len(), 3, "no fourth process");
 
@@ -394,7 +417,9 @@ async fn a_third_concurrent_request_beyond_in_flight_per_session_gets_32029() {
         .collect();
     let live_session = live(&gw, "inflight", &c).expect("live");
     assert!(
-        eventually(Duration::from_secs(10), || live_session.in_flight.count() == 2).await,
+        eventually(Duration::from_secs(10), || live_session.in_flight.count()
+            == 2)
+        .await,
         "the slow calls are in flight"
     );
     let r = c.call_tool("echo", json!({"message": "third"})).await;
@@ -446,7 +471,10 @@ async fn a_batch_longer_than_max_batch_gets_400_and_nothing_runs() {
     assert_eq!(error["code"], -32600, "{r:?}");
     assert_eq!(error["data"]["maxBatch"], 3, "{r:?}");
     assert!(
-        error["message"].as_str().unwrap_or_default().contains("at most 3"),
+        error["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("at most 3"),
         "{r:?}"
     );
     assert_eq!(refusals("batch", "max_batch") - before, 1);
@@ -462,7 +490,10 @@ async fn a_batch_longer_than_max_batch_gets_400_and_nothing_runs() {
         .collect::<Vec<_>>()
         .join("\n");
     assert!(seen.contains("fits-5"), "the trace records calls: {seen}");
-    assert!(!seen.contains("too-long"), "a refused batch reached the upstream");
+    assert!(
+        !seen.contains("too-long"),
+        "a refused batch reached the upstream"
+    );
     gw.stop().await;
 }
 
@@ -486,12 +517,18 @@ async fn a_reload_changes_sessions_per_user_and_keeps_open_sessions() {
     for _ in 0..2 {
         open.push(session(&url, "192.0.2.50", true).await.expect("within 2"));
     }
-    let r = session(&url, "192.0.2.50", true).await.err().expect("refused");
+    let r = session(&url, "192.0.2.50", true)
+        .await
+        .err()
+        .expect("refused");
     assert_refused(&r, "sessions_per_user");
 
     gw.gateway.apply(&with(3)).await.expect("reload applies");
     open.push(session(&url, "192.0.2.50", true).await.expect("within 3"));
-    let r = session(&url, "192.0.2.50", true).await.err().expect("refused");
+    let r = session(&url, "192.0.2.50", true)
+        .await
+        .err()
+        .expect("refused");
     assert_refused(&r, "sessions_per_user");
 
     gw.gateway.apply(&with(1)).await.expect("reload applies");
@@ -501,9 +538,14 @@ async fn a_reload_changes_sessions_per_user_and_keeps_open_sessions() {
             "kept"
         );
     }
-    let r = session(&url, "192.0.2.50", true).await.err().expect("refused");
+    let r = session(&url, "192.0.2.50", true)
+        .await
+        .err()
+        .expect("refused");
     assert_refused(&r, "sessions_per_user");
     // Another client has its own budget under the new limit.
-    session(&url, "192.0.2.51", true).await.expect("another client");
+    session(&url, "192.0.2.51", true)
+        .await
+        .expect("another client");
     gw.stop().await;
 }

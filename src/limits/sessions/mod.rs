@@ -129,7 +129,10 @@ impl SessionCaps {
                 retry_after: SESSION_RETRY_AFTER,
             },
         };
-        Err(GatewayError::TooManyRequests(refused(&tenant.name, refusal)))
+        Err(GatewayError::TooManyRequests(refused(
+            &tenant.name,
+            refusal,
+        )))
     }
 
     /// Restarts the session's entries' time (with its record's time-to-live).
@@ -234,7 +237,10 @@ impl SessionCaps {
 
 /// A place for one more request of `session`, or `-32029` when `in_flight_per_session` are
 /// being answered on this replica already.
-pub fn enter_request(tenant: &Tenant, session: &LiveSession) -> Result<InFlightGuard, GatewayError> {
+pub fn enter_request(
+    tenant: &Tenant,
+    session: &LiveSession,
+) -> Result<InFlightGuard, GatewayError> {
     let max = tenant.config.limits.in_flight_per_session;
     session.in_flight.enter(max).ok_or_else(|| {
         GatewayError::LimitReached(refused(

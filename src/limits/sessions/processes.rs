@@ -133,9 +133,15 @@ mod tests {
         let a: Arc<str> = "a".into();
         let b: Arc<str> = "b".into();
         let two = p.reserve(&a, None, 2).expect("two of three");
-        assert_eq!(p.reserve(&b, None, 2).unwrap_err(), ProcessCap::Total(3));
+        assert_eq!(
+            p.reserve(&b, None, 2).expect_err("over the total"),
+            ProcessCap::Total(3)
+        );
         assert_eq!(p.total(), 2, "a refused reservation takes nothing");
-        assert_eq!(p.reserve(&a, Some(2), 1).unwrap_err(), ProcessCap::Tenant(2));
+        assert_eq!(
+            p.reserve(&a, Some(2), 1).expect_err("over the tenant cap"),
+            ProcessCap::Tenant(2)
+        );
         assert_eq!(p.total(), 2);
         let one = p.reserve(&b, Some(1), 1).expect("b's first");
         assert_eq!(p.of_tenant("b"), 1);
