@@ -351,6 +351,13 @@ async fn initialize_session(
                 let _ = gateway.end_session(tenant, &key).await;
             }
         }
+        // A session limit refused it: 429 + `Retry-After` on the POST itself, as for
+        // Streamable HTTP (the stream stays open until the handshake deadline; a retry may
+        // succeed on it).
+        Err(e @ GatewayError::TooManyRequests(_)) => {
+            streams.initialize_failed(&id);
+            return Ok(e.into_response(Some(req.id)));
+        }
         Err(e) => {
             streams.initialize_failed(&id);
             send_before_session(gateway, tenant, &key, e.to_jsonrpc(Some(req.id))).await;

@@ -18,6 +18,7 @@ use crate::cluster::{clustered, replicas};
 use crate::support::client::{ACCEPT_BOTH, RawClient, Reply, into_reply};
 use crate::support::config::{config, demo_stdio, gateway_exe, tenant, upstream};
 use crate::support::gateway::TestGateway;
+use crate::support::legacy::LegacyClient;
 use crate::support::process::GatewayProcess;
 use crate::support::redis::RedisServer;
 use crate::support::{TempDir, eventually, process_alive, process_gone, read_trace};
@@ -547,5 +548,43 @@ async fn a_reload_changes_sessions_per_user_and_keeps_open_sessions() {
     session(&url, "192.0.2.51", true)
         .await
         .expect("another client");
+    gw.stop().await;
+}
+
+/// 2024-11-05 sessions count too: with `sessions_per_user: 1`, a second client at the same
+/// address gets 429 on its `initialize` POST; when the first client's stream closes (which
+/// ends its session), the second one's retry on its still open stream succeeds.
+#[tokio::test]
+async fn legacy_sse_sessions_count_and_a_closed_stream_makes_room() {
+    let limits = TenantLimits {
+        sessions_per_user: 1,
+        ..TenantLimits::default()
+    };
+    let cfg = config(vec![demo_tenant("legacy", StdioSharing::Shared, limits)]);
+    let gw = TestGateway::start(cfg).await;
+    let url = gw.url("legacy");
+    let mut first = LegacyClient::connect(&url, None).await;
+    first.initialize("2024-11-05").await;
+    let mut second = LegacyClient::connect(&url, None).await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                      "params": {"protocolVersion": "2024-11-05", "capabilities": {},
+                                 "clientInfo": {"name": "second", "version": "0"}}});
+    let posted = second.post(&init).await;
+    assert_eq!(posted.status, 429, "{posted:?}");
+    assert_eq!(posted.body["error"]["code"], -32029, "{posted:?}");
+    assert_eq!(posted.body["error"]["data"]["limit"], "sessions_per_user");
+
+    drop(first);
+    let mut admitted = false;
+    for _ in 0..100 {
+        if second.post(&init).await.status == 202 {
+            admitted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(admitted, "the first stream's session still counts");
+    let reply = second.next_message().await;
+    assert!(reply["result"]["serverInfo"].is_object(), "{reply}");
     gw.stop().await;
 }
