@@ -16,6 +16,8 @@ sessions:
   store: $2
 tenants:
   - name: load
+    # One client opens every session: lift the per-user bound (default 100) past N.
+    limits: {sessions_per_user: $((N + 100))}
     upstreams:
       - name: demo
         stdio: {command: "$GW", args: [demo-server, --stdio], sharing: shared}
