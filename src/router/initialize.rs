@@ -90,8 +90,8 @@ pub async fn initialize(
     .with_bounds(gateway.session_bounds)
     .charged_to(principal.budget.clone())
     .with_process_source(gateway.limiter.sessions.process_source(tenant));
-    let caps = &gateway.limiter.sessions;
-    caps.admit(tenant, &session, gateway.session_ttl).await?;
+    let counts = &gateway.limiter.sessions;
+    counts.admit(tenant, &session, gateway.session_ttl).await?;
     if let Some(log) = stream {
         session.use_get_stream(log);
     }
@@ -100,7 +100,7 @@ pub async fn initialize(
         Ok(opened) => opened,
         Err(e) => {
             // Refused or failed: it leaves nothing behind, its count included.
-            caps.release(&session).await;
+            counts.release(&session).await;
             return Err(e);
         }
     };

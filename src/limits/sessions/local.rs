@@ -1,6 +1,9 @@
 //! The in-process backend of the live-session counts (memory store): the same sets as in Redis
 //! (per user budget and per tenant, session id → when the entry lapses) in a sharded map, one
-//! set's lock held for one change, never two at once and never one for the whole map.
+//! set's lock held for one change, never two at once and never one for the whole map. Lapsed
+//! entries (a session whose end was never seen) are dropped when a set is full, has doubled
+//! since it was last swept, or was last swept a second ago or more, so a tenant with many
+//! sessions is not walked at every admission.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,7 +18,38 @@ type SetKey = (Arc<str>, Option<Arc<str>>);
 
 #[derive(Default)]
 pub struct LocalSessions {
-    sets: DashMap<SetKey, HashMap<Box<str>, Instant>>,
+    sets: DashMap<SetKey, Set>,
+}
+
+/// Session id → when its entry lapses.
+#[derive(Default)]
+struct Set {
+    members: HashMap<Box<str>, Instant>,
+    /// Size at which the next sweep of lapsed entries runs even if the set is not full.
+    sweep_at: usize,
+    /// When the next sweep runs anyway (`None`: at the next admission).
+    next_sweep: Option<Instant>,
+}
+
+/// How often, at most, a set that is neither full nor growing is swept.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// A set is not swept below this many entries unless it is full.
+const MIN_SWEEP: usize = 1024;
+
+impl Set {
+    /// Whether one more entry fits under `max`, after dropping lapsed entries if that could
+    /// make room (or the set grew enough to be worth a sweep).
+    fn has_room(&mut self, max: Option<u32>, now: Instant) -> bool {
+        let full = |s: &Set| max.is_some_and(|m| s.members.len() >= m as usize);
+        let due = self.next_sweep.is_none_or(|at| now >= at);
+        if due || full(self) || self.members.len() >= self.sweep_at.max(MIN_SWEEP) {
+            self.members.retain(|_, until| *until > now);
+            self.sweep_at = self.members.len() * 2;
+            self.next_sweep = Some(now + SWEEP_EVERY);
+        }
+        !full(self)
+    }
 }
 
 impl LocalSessions {
@@ -33,23 +67,21 @@ impl LocalSessions {
         let user_key = (session.tenant.clone(), Some(session.budget.clone()));
         {
             let mut user = self.sets.entry(user_key.clone()).or_default();
-            user.retain(|_, until| *until > now);
-            if user.len() >= per_user as usize {
+            if !user.has_room(Some(per_user), now) {
                 return Outcome::UserFull;
             }
-            user.insert(session.id.into(), lapses);
+            user.members.insert(session.id.into(), lapses);
         }
         let mut all = self.sets.entry((session.tenant.clone(), None)).or_default();
-        all.retain(|_, until| *until > now);
-        if tenant.is_some_and(|max| all.len() >= max as usize) {
+        if !all.has_room(tenant, now) {
             drop(all);
             // Given back: the user's entry was taken first.
             self.remove(&user_key, session.id);
             return Outcome::TenantFull;
         }
-        all.insert(session.id.into(), lapses);
+        all.members.insert(session.id.into(), lapses);
         Outcome::Counted {
-            sessions: all.len() as u64,
+            sessions: all.members.len() as u64,
         }
     }
 
@@ -57,7 +89,7 @@ impl LocalSessions {
     pub fn refresh(&self, session: &Counted<'_>, ttl: Duration, now: Instant) -> Outcome {
         for key in Self::keys(session) {
             if let Some(mut set) = self.sets.get_mut(&key)
-                && let Some(until) = set.get_mut(session.id)
+                && let Some(until) = set.members.get_mut(session.id)
             {
                 *until = now + ttl;
             }
@@ -84,14 +116,14 @@ impl LocalSessions {
         let sessions = self
             .sets
             .get(&(session.tenant.clone(), None))
-            .map_or(0, |s| s.len() as u64);
+            .map_or(0, |s| s.members.len() as u64);
         Outcome::Counted { sessions }
     }
 
     fn remove(&self, key: &SetKey, id: &str) {
         self.sets.remove_if_mut(key, |_, set| {
-            set.remove(id);
-            set.is_empty()
+            set.members.remove(id);
+            set.members.is_empty()
         });
     }
 }
