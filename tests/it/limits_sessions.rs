@@ -588,3 +588,52 @@ async fn legacy_sse_sessions_count_and_a_closed_stream_makes_room() {
     assert!(reply["result"]["serverInfo"].is_object(), "{reply}");
     gw.stop().await;
 }
+
+/// The stateless revision (2026-07-28) has no sessions: with `sessions_per_user: 1` taken by
+/// a session, the same client's stateless calls still pass, and they take no place either.
+#[tokio::test]
+async fn stateless_requests_count_no_sessions() {
+    let limits = TenantLimits {
+        sessions_per_user: 1,
+        ..TenantLimits::default()
+    };
+    let cfg = config(vec![demo_tenant("nosess", StdioSharing::Shared, limits)]);
+    let gw = TestGateway::start(cfg).await;
+    let url = gw.url("nosess");
+    let _held = session(&url, "192.0.2.60", true)
+        .await
+        .expect("the one session");
+    let c = RawClient::new(&url);
+    for i in 1..=3u64 {
+        let message = format!("stateless-{i}");
+        let body = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
+            "name": "echo", "arguments": {"message": message},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+            }
+        }});
+        let r = c
+            .post_raw(
+                body.to_string(),
+                &[
+                    ("content-type", "application/json"),
+                    ("accept", ACCEPT_BOTH),
+                    ("mcp-protocol-version", "2026-07-28"),
+                    ("mcp-method", "tools/call"),
+                    ("mcp-name", "echo"),
+                ],
+            )
+            .await;
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(text_of(&r), message);
+    }
+    // Still one session for this client: a second one is refused, as before.
+    let r = session(&url, "192.0.2.60", true)
+        .await
+        .err()
+        .expect("refused");
+    assert_refused(&r, "sessions_per_user");
+    gw.stop().await;
+}
