@@ -104,7 +104,7 @@ async fn open_stream(
     let deadline = gateway
         .session_ttl
         .min(tenant.config.limits.handshake_timeout);
-    crate::limits::sessions::handshake::watch(gateway, tenant, &key, deadline);
+    crate::limits::sessions::handshake::watch_stream(gateway, tenant, &key, deadline);
     let endpoint = Bytes::from(format!(
         "event: endpoint\ndata: {}/messages?sessionId={}\n\n",
         tenant.config.path,

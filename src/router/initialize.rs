@@ -105,7 +105,7 @@ pub async fn initialize(
         }
     };
     let deadline = tenant.config.limits.handshake_timeout;
-    crate::limits::sessions::handshake::watch(gateway, tenant, &session.key, deadline);
+    crate::limits::sessions::handshake::watch_session(gateway, tenant, &session, deadline);
     let mut result = Map::new();
     result.insert("protocolVersion".into(), version.as_str().into());
     result.insert("capabilities".into(), caps);

@@ -8,23 +8,46 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::gateway::Gateway;
-use crate::session::{SessionKey, SessionStore};
+use crate::session::{LiveSession, SessionKey, SessionStore};
 use crate::tenant::Tenant;
 
-/// Closes the session `key` (or its 2024-11-05 stream) after `deadline` unless it is
-/// initialized by then. One timer task per session being opened; nothing after the deadline.
-pub fn watch(gateway: &Gateway, tenant: &Arc<Tenant>, key: &SessionKey, deadline: Duration) {
-    let (gateway, tenant, key) = (gateway.weak(), tenant.clone(), key.clone());
-    tokio::spawn(close_unless_initialized(gateway, tenant, key, deadline));
+/// Closes `session` after `deadline` unless it is initialized by then. The timer ends as soon
+/// as `notifications/initialized` arrives here, so a well-behaved session holds nothing.
+pub fn watch_session(
+    gateway: &Gateway,
+    tenant: &Arc<Tenant>,
+    session: &Arc<LiveSession>,
+    deadline: Duration,
+) {
+    let (gateway, tenant, session) = (gateway.weak(), tenant.clone(), session.clone());
+    tokio::spawn(async move {
+        if session.initialized_within(deadline).await {
+            return;
+        }
+        let key = session.key.clone();
+        drop(session);
+        close_unless_initialized(gateway, tenant, key, deadline).await;
+    });
 }
 
+/// Closes the 2024-11-05 stream of `key` after `deadline` unless its session was opened (here
+/// or on another replica) and initialized by then.
+pub fn watch_stream(gateway: &Gateway, tenant: &Arc<Tenant>, key: &SessionKey, deadline: Duration) {
+    let (gateway, tenant, key) = (gateway.weak(), tenant.clone(), key.clone());
+    tokio::spawn(async move {
+        tokio::time::sleep(deadline).await;
+        close_unless_initialized(gateway, tenant, key, deadline).await;
+    });
+}
+
+/// The deadline has passed: the session (or stream) of `key` is closed unless it is
+/// initialized here or, per the stored record, elsewhere.
 async fn close_unless_initialized(
     gateway: Weak<Gateway>,
     tenant: Arc<Tenant>,
     key: SessionKey,
     deadline: Duration,
 ) {
-    tokio::time::sleep(deadline).await;
     let Some(gateway) = gateway.upgrade() else {
         return;
     };
