@@ -4,9 +4,12 @@
 #
 #   bash loadtest/sessions.sh [N]      (default 10000)
 #
+# SY_GATEWAY=<binary> measures another gateway build (e.g. one before a change).
+#
 # Everything binds to 127.0.0.1; every process started here is stopped on exit.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" sessions
 N="${1:-10000}"
+GW="${SY_GATEWAY:-$GW}"
 
 config() { # $1 = listen port, $2 = store YAML
     cat <<YAML
@@ -16,6 +19,8 @@ sessions:
   store: $2
 tenants:
   - name: load
+    # One client opens every session: lift the per-user bound (default 100) past N.
+    limits: {sessions_per_user: $((N + 100))}
     upstreams:
       - name: demo
         stdio: {command: "$GW", args: [demo-server, --stdio], sharing: shared}

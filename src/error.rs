@@ -40,6 +40,11 @@ pub enum GatewayError {
         "Invalid Request: JSON-RPC batches are accepted only on sessions of protocol version 2025-03-26 (later versions removed them); send each message in its own POST"
     )]
     BatchNotSupported,
+    /// A batch with more members than the tenant's `limits.max_batch`: 400, nothing in it run.
+    #[error(
+        "Invalid Request: a JSON-RPC batch may have at most {max} members (this one has {got}); send it in smaller batches"
+    )]
+    BatchTooLong { max: u32, got: usize },
     #[error("Bad Request: unsupported MCP-Protocol-Version {requested:?}")]
     UnsupportedProtocolVersion { requested: String },
     #[error("Bad Request: {0}")]
@@ -267,6 +272,7 @@ impl GatewayError {
             Parse(_) => "parse_error",
             InvalidRequest(_) => "invalid_request",
             BatchNotSupported => "batch_not_supported",
+            BatchTooLong { .. } => "batch_too_long",
             UnsupportedProtocolVersion { .. } => "unsupported_protocol_version",
             BadHeader(_) => "bad_header",
             HeaderMismatch(_) => "header_mismatch",
@@ -316,6 +322,7 @@ impl GatewayError {
             | BodyUnreadable
             | InvalidRequest(_)
             | BatchNotSupported
+            | BatchTooLong { .. }
             | UnsupportedProtocolVersion { .. }
             | BadHeader(_)
             | HeaderMismatch(_)
@@ -371,6 +378,7 @@ impl GatewayError {
             | BodyUnreadable
             | InvalidRequest(_)
             | BatchNotSupported
+            | BatchTooLong { .. }
             | BadHeader(_)
             | SessionRequired
             | SessionParamRequired
@@ -420,6 +428,10 @@ impl GatewayError {
                     "retryAfterSeconds": retry_after_secs(r.retry_after),
                 }))
             }
+            GatewayError::BatchTooLong { max, .. } => Some(serde_json::json!({
+                "limit": "max_batch",
+                "maxBatch": max,
+            })),
             GatewayError::UpstreamUnavailable { upstream, .. }
             | GatewayError::UpstreamTimeout { upstream, .. }
             | GatewayError::UpstreamClosed { upstream, .. }

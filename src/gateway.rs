@@ -25,6 +25,8 @@ use crate::upstream::{Ending, UpstreamId};
 pub const ANONYMOUS: &str = "anonymous";
 
 pub struct Gateway {
+    /// The gateway itself, for tasks that must not keep it alive (handshake deadlines).
+    me: Weak<Gateway>,
     /// The tenants being served, swapped whole by a config reload.
     tenants: ArcSwap<TenantTable>,
     /// The config last applied (what a reload is compared with); also serializes reloads.
@@ -158,8 +160,9 @@ impl Gateway {
             .iter()
             .map(|t| Tenant::start(t, &config.limits, bus.tenant_key(&t.name)))
             .collect::<Result<Vec<_>, String>>()?;
-        let limiter = crate::limits::Limiter::new(&store);
-        let gateway = Arc::new(Gateway {
+        let limiter = crate::limits::Limiter::new(&store, config.limits.max_session_processes);
+        let gateway = Arc::new_cyclic(|me| Gateway {
+            me: me.clone(),
             tenants: ArcSwap::from_pointee(TenantTable::new(tenants)),
             applied: tokio::sync::Mutex::new(config.clone()),
             store,
@@ -186,6 +189,11 @@ impl Gateway {
             *l = listener;
         }
         Ok(gateway)
+    }
+
+    /// The gateway, for a task that must not keep it alive.
+    pub fn weak(&self) -> Weak<Gateway> {
+        self.me.clone()
     }
 
     pub fn tenant_by_path(&self, path: &str) -> Option<Arc<Tenant>> {
@@ -330,10 +338,11 @@ impl Gateway {
         session.touch();
         // The stored TTL slides too, but one store write per tenth of the TTL is enough.
         if session.store_touch_due(self.session_ttl / 10) {
-            match self.store.touch(&session.key, self.session_ttl).await {
+            match self.touch_stored(&session).await {
                 Ok(true) => {}
                 Ok(false) => {
                     // Ended elsewhere (or expired): it is gone here too.
+                    self.limiter.sessions.release(&session).await;
                     self.drop_local(tenant, &session.key, Ending::End).await;
                     return Err(GatewayError::SessionNotFound);
                 }
@@ -341,6 +350,17 @@ impl Gateway {
             }
         }
         Ok(session)
+    }
+
+    /// Restarts the stored record's time-to-live and, with it, the session's entries in the
+    /// live-session counts (together: one round trip each, concurrently).
+    async fn touch_stored(&self, session: &LiveSession) -> Result<bool, StoreError> {
+        let (touched, ()) = futures_util::future::join(
+            self.store.touch(&session.key, self.session_ttl),
+            self.limiter.sessions.refresh(session, self.session_ttl),
+        )
+        .await;
+        touched
     }
 
     /// With a shared store, `notifications/initialized` may have reached another replica: a
@@ -378,8 +398,10 @@ impl Gateway {
             self.report_foreign_id(tenant, &key.id).await;
             return Err(GatewayError::SessionNotFound);
         };
-        let session = LiveSession::from_record(key, record, self.bus.clone());
-        let session = Arc::new(session.with_bounds(self.session_bounds));
+        let session = LiveSession::from_record(key, record, self.bus.clone())
+            .with_bounds(self.session_bounds)
+            .with_process_source(self.limiter.sessions.process_source(tenant));
+        let session = Arc::new(session);
         tracing::info!(tenant = %tenant.name, session = ?session.key.id, replica = %self.bus.replica, "session continued on this replica");
         // Two requests racing here keep one live state.
         Ok(tenant.directory.insert_or_get(session))
@@ -422,6 +444,11 @@ impl Gateway {
         key: &SessionKey,
     ) -> Result<bool, GatewayError> {
         let stored = self.store.delete(key).await.map_err(store_unavailable)?;
+        // Counted out wherever it ends (the budget is the live state's, here or loaded from
+        // the record by `find_session`).
+        if let Some(s) = tenant.directory.get(&key.id) {
+            self.limiter.sessions.release(&s).await;
+        }
         let live = self.drop_local(tenant, key, Ending::End).await;
         if let Err(e) = self
             .bus
@@ -455,7 +482,7 @@ impl Gateway {
                 if s.is_attached() {
                     // Listening is activity: the record must not expire under an open stream.
                     if s.store_touch_due(self.session_ttl / 10)
-                        && let Err(e) = self.store.touch(&s.key, self.session_ttl).await
+                        && let Err(e) = self.touch_stored(&s).await
                     {
                         tracing::warn!(error = %e, "could not refresh a listening session's time-to-live");
                     }
@@ -464,7 +491,11 @@ impl Gateway {
                 if s.idle_since().elapsed() >= self.session_ttl {
                     tracing::info!(tenant = %tenant.name, session = ?s.key.id, "session expired");
                     // The record expires by its own TTL; with a shared store another replica
-                    // may still serve the session, so its upstream sessions stay.
+                    // may still serve the session, so its upstream sessions stay, and its
+                    // count lapses with the record.
+                    if matches!(self.store, SessionBackend::Memory(_)) {
+                        self.limiter.sessions.release(&s).await;
+                    }
                     self.drop_local(tenant, &s.key, self.store_ending()).await;
                     ended += 1;
                 }
@@ -483,6 +514,7 @@ impl Gateway {
             m.sessions
                 .with_label_values(&[&*t.name])
                 .set(i64::try_from(t.directory.len()).unwrap_or(i64::MAX));
+            self.limiter.sessions.process_usage(&t.name);
         }
     }
 

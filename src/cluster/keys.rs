@@ -141,6 +141,21 @@ impl Keys {
         k
     }
 
+    /// A tenant's live sessions (a sorted set: member = session id, score = when the entry
+    /// expires, ms on Redis's clock): `budget` names the user whose sessions these are
+    /// (`None`: every session of the tenant).
+    pub fn session_count(&self, tenant: &str, budget: Option<&str>) -> String {
+        let mut k = self.limits_of(tenant);
+        match budget {
+            Some(budget) => {
+                k.push_str("sess:u:");
+                escape_into(&mut k, budget);
+            }
+            None => k.push_str("sess:t"),
+        }
+        k
+    }
+
     /// The applied layout version.
     pub fn layout(&self) -> String {
         format!("{}:meta:layout", self.prefix)
@@ -223,6 +238,11 @@ mod tests {
             "sy:v1:lim:{we%7Dird}:quota:d20781:u"
         );
         assert!(keys.is_current_layout(&keys.quota("a", "m202611", "u")));
+        assert_eq!(
+            keys.session_count("acme", Some("ip:1")),
+            "sy:v1:lim:{acme}:sess:u:ip%3A1"
+        );
+        assert_eq!(keys.session_count("acme", None), "sy:v1:lim:{acme}:sess:t");
     }
 
     #[test]

@@ -22,6 +22,7 @@ use crate::error::GatewayError;
 use crate::events::{self, MessageKind, StreamKind};
 use crate::gateway::Gateway;
 use crate::jsonrpc::{self, Message, ParseError};
+use crate::limits::sessions::{self as session_caps, InFlightGuard};
 use crate::protocol::ProtocolVersion;
 use crate::router::{self, Reply};
 use crate::session::LiveSession;
@@ -36,8 +37,9 @@ enum Answer {
     Invalid(Bytes),
     /// A request's complete response.
     Done(Bytes),
-    /// A request whose first message came before its response; the rest follows.
-    Streaming(Bytes, MessageKind, Box<ForwardStream>),
+    /// A request whose first message came before its response; the rest follows, and the
+    /// request stays in flight until it ends.
+    Streaming(Bytes, MessageKind, Box<ForwardStream>, InFlightGuard),
 }
 
 /// Serves a POST whose body is a batch.
@@ -52,6 +54,8 @@ pub(super) async fn serve(
         return Err(GatewayError::BatchNotSupported);
     }
     let members = jsonrpc::split_batch(bytes).map_err(endpoint::parse_error)?;
+    // Too long: refused whole, before anything in it is parsed or run.
+    session_caps::check_batch(tenant, members.len())?;
     let parsed: Vec<_> = members
         .iter()
         .map(|m| jsonrpc::parse(m.get().as_bytes()))
@@ -116,12 +120,16 @@ async fn member(
             Answer::Nothing
         }
         Ok(Message::Request(req)) => {
+            let in_flight = match session_caps::enter_request(tenant, session) {
+                Ok(guard) => guard,
+                Err(e) => return Answer::Done(e.to_jsonrpc(Some(req.id))),
+            };
             match router::handle_request(gateway, tenant, session, principal, &req).await {
                 Ok(Reply::Json(body)) => Answer::Done(body),
                 Ok(Reply::Stream(mut stream)) => match stream.next().await {
                     Some(StreamItem::Final(body)) => Answer::Done(body),
                     Some(StreamItem::Message(first, kind)) => {
-                        Answer::Streaming(first, kind, Box::new(stream))
+                        Answer::Streaming(first, kind, Box::new(stream), in_flight)
                     }
                     Some(StreamItem::Cancelled) | None => {
                         Answer::Done(GatewayError::Cancelled.to_jsonrpc(Some(req.id)))
@@ -175,13 +183,15 @@ fn respond(gateway: &Gateway, session: &Arc<LiveSession>, answers: Vec<Answer>) 
     let mut running = FuturesUnordered::new();
     // Each streaming member's progress is kept apart (by its number) when the log coalesces.
     let mut member = 0u32;
+    let mut in_flight = Vec::new();
     for answer in answers {
         match answer {
             Answer::Nothing => {}
             Answer::Invalid(b) | Answer::Done(b) => {
                 log.append(&b, false);
             }
-            Answer::Streaming(first, kind, stream) => {
+            Answer::Streaming(first, kind, stream, guard) => {
+                in_flight.push(guard);
                 log.record(&first, kind, member);
                 running.push(next_of(member, *stream));
                 member += 1;
@@ -194,6 +204,8 @@ fn respond(gateway: &Gateway, session: &Arc<LiveSession>, answers: Vec<Answer>) 
     // with the last request's response.
     let pump = async move {
         let _guard = guard;
+        // The streaming members are in flight until the last one ends.
+        let _in_flight = in_flight;
         while let Some((item, member, stream)) = running.next().await {
             match item {
                 Some(StreamItem::Message(b, kind)) => {

@@ -239,7 +239,7 @@ async fn dispatch(
         }
         let opening = router::Opening::StreamableHttp;
         return Ok(
-            match router::initialize(gateway, tenant, user, req, opening).await {
+            match router::initialize(gateway, tenant, principal, req, opening).await {
                 Ok((session, body)) => {
                     note_session(&session);
                     let mut resp = json(body);
@@ -263,10 +263,15 @@ async fn dispatch(
     let session = session_of(gateway, tenant, parts, user).await?;
     let response = match message {
         Message::Request(req) => {
+            // In flight until answered (a streamed answer: until its stream ends).
+            let in_flight = match crate::limits::sessions::enter_request(tenant, &session) {
+                Ok(guard) => guard,
+                Err(e) => return Ok(e.into_response(Some(req.id))),
+            };
             match router::handle_request(gateway, tenant, &session, principal, &req).await {
                 Ok(Reply::Json(body)) => json(body),
                 Ok(Reply::Stream(stream)) => {
-                    respond_stream(gateway, &session, stream, req.id).await
+                    respond_stream(gateway, &session, stream, req.id, in_flight).await
                 }
                 Err(e) => step_up(tenant, parts, e).into_response(Some(req.id)),
             }
@@ -355,6 +360,7 @@ async fn respond_stream(
     session: &Arc<LiveSession>,
     mut stream: ForwardStream,
     id: &serde_json::value::RawValue,
+    in_flight: crate::limits::sessions::InFlightGuard,
 ) -> Response<Body> {
     match stream.next().await {
         Some(StreamItem::Final(body)) => json(body),
@@ -368,6 +374,7 @@ async fn respond_stream(
             // The pump carries the request span: it ends with the stream, not the headers.
             let pump = async move {
                 let _guard = guard;
+                let _in_flight = in_flight;
                 loop {
                     match stream.next().await {
                         Some(StreamItem::Message(b, kind)) => {

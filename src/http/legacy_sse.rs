@@ -100,11 +100,11 @@ async fn open_stream(
         tracing::warn!(error = %e, "2024-11-05 stream not announced to the other replicas");
     }
     tracing::info!(tenant = %tenant.name, session = ?key.id, "2024-11-05 SSE stream opened");
-    tokio::spawn(close_unless_initialized(
-        Arc::downgrade(gateway),
-        tenant.clone(),
-        key.clone(),
-    ));
+    // A stream that never sends `initialize` holds a connection for nothing.
+    let deadline = gateway
+        .session_ttl
+        .min(tenant.config.limits.handshake_timeout);
+    crate::limits::sessions::handshake::watch_stream(gateway, tenant, &key, deadline);
     let endpoint = Bytes::from(format!(
         "event: endpoint\ndata: {}/messages?sessionId={}\n\n",
         tenant.config.path,
@@ -131,34 +131,6 @@ async fn open_stream(
     Ok(sse::response(Body::from_stream(body)))
 }
 
-/// A stream whose client never sends `initialize` holds a connection for nothing: after the
-/// session idle time (`sessions.ttl`) it is closed, unless its session was opened (here or on
-/// another replica).
-async fn close_unless_initialized(
-    gateway: std::sync::Weak<Gateway>,
-    tenant: Arc<Tenant>,
-    key: SessionKey,
-) {
-    let Some(ttl) = gateway.upgrade().map(|g| g.session_ttl) else {
-        return;
-    };
-    tokio::time::sleep(ttl).await;
-    let Some(gateway) = gateway.upgrade() else {
-        return;
-    };
-    let streams = &tenant.directory.legacy_streams;
-    if streams.get(&key.id, &key.user).is_none() || streams.is_initializing(&key.id) {
-        return;
-    }
-    if let Err(GatewayError::SessionNotFound) = gateway
-        .find_session(&tenant, &key.user, key.id.as_str())
-        .await
-    {
-        tracing::info!(tenant = %tenant.name, session = ?key.id, "2024-11-05 SSE stream closed: no initialize within the session idle time");
-        streams.finish(&key.id, &key.user);
-    }
-}
-
 /// With replicas, every keep-alive refreshes the stream's claim and the session record's
 /// time-to-live (the session may be live on another replica only, where nothing shows that
 /// its client still listens).
@@ -181,6 +153,18 @@ fn keep_alive_hook(
             }
             if let Err(e) = gateway.store.touch(&key, gateway.session_ttl).await {
                 tracing::debug!(error = %e, "2024-11-05 session record not refreshed");
+            }
+            // And its place in the live-session counts (when it is live here).
+            let tenants = gateway.tenants();
+            let live = tenants
+                .by_name(&key.tenant)
+                .and_then(|t| t.directory.get(&key.id));
+            if let Some(session) = live {
+                gateway
+                    .limiter
+                    .sessions
+                    .refresh(&session, gateway.session_ttl)
+                    .await;
             }
         });
     }))
@@ -285,10 +269,24 @@ async fn dispatch(
     };
     attach_stream(tenant, &session);
     match message {
-        Message::Request(_) => {
+        Message::Request(req) => {
+            let in_flight = match crate::limits::sessions::enter_request(tenant, &session) {
+                Ok(guard) => guard,
+                Err(e) => {
+                    send(&session, e.to_jsonrpc(Some(req.id)));
+                    return Ok(accepted());
+                }
+            };
             // Answered on the stream by a task of its own: the client may have to POST its
             // answers to the upstream's questions before this request's response comes.
-            answer(gateway, tenant, &session, principal, bytes.clone());
+            answer(
+                gateway,
+                tenant,
+                &session,
+                principal,
+                bytes.clone(),
+                in_flight,
+            );
             return Ok(accepted());
         }
         // Acted on before the 202, so a request POSTed after it sees its effect.
@@ -344,7 +342,7 @@ async fn initialize_session(
         id: id.clone(),
         stream: local,
     };
-    match router::initialize(gateway, tenant, &principal.user, &req, opening).await {
+    match router::initialize(gateway, tenant, principal, &req, opening).await {
         Ok((session, body)) => {
             note_session(&session);
             send(&session, body);
@@ -352,6 +350,13 @@ async fn initialize_session(
             if here && streams.get(&id, &principal.user).is_none() {
                 let _ = gateway.end_session(tenant, &key).await;
             }
+        }
+        // A session limit refused it: 429 + `Retry-After` on the POST itself, as for
+        // Streamable HTTP (the stream stays open until the handshake deadline; a retry may
+        // succeed on it).
+        Err(e @ GatewayError::TooManyRequests(_)) => {
+            streams.initialize_failed(&id);
+            return Ok(e.into_response(Some(req.id)));
         }
         Err(e) => {
             streams.initialize_failed(&id);
@@ -415,6 +420,7 @@ fn answer(
     session: &Arc<LiveSession>,
     principal: &Principal,
     bytes: Bytes,
+    in_flight: crate::limits::sessions::InFlightGuard,
 ) {
     let pump = gateway.pump_started();
     let (gateway, tenant, session, principal) = (
@@ -425,6 +431,7 @@ fn answer(
     );
     let task = async move {
         let _pump = pump;
+        let _in_flight = in_flight;
         // Parsed again (borrowed, nothing copied): the POST's parse does not outlive it.
         let Ok(Message::Request(req)) = jsonrpc::parse(&bytes) else {
             return;

@@ -26,11 +26,12 @@ pub struct Limiter {
 }
 
 impl Limiter {
-    pub fn new(store: &SessionBackend) -> Limiter {
+    /// `max_session_processes`: per-session processes of every tenant on this replica.
+    pub fn new(store: &SessionBackend, max_session_processes: usize) -> Limiter {
         let redis = store.redis().cloned();
         Limiter {
             rates: rate::Rates::new(redis.clone()),
-            sessions: sessions::SessionCaps::new(redis.clone()),
+            sessions: sessions::SessionCaps::new(redis.clone(), max_session_processes),
             concurrency: concurrency::Gates::new(redis),
         }
     }

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::ensure_link;
+use crate::auth::Principal;
 use crate::config::FailurePolicy;
 use crate::error::GatewayError;
 use crate::events::StreamLog;
@@ -43,11 +44,14 @@ pub enum Opening {
     },
 }
 
-/// Creates a session for `user` and returns it with the `initialize` response.
+/// Creates a session for `principal` and returns it with the `initialize` response. The
+/// session is counted against the tenant's session limits before any upstream is reached
+/// (refused: 429, nothing left behind), and closed unless the client finishes the handshake
+/// within `handshake_timeout`.
 pub async fn initialize(
     gateway: &Gateway,
     tenant: &Arc<Tenant>,
-    user: &str,
+    principal: &Principal,
     req: &Request<'_>,
     opening: Opening,
 ) -> Result<(Arc<LiveSession>, Bytes), GatewayError> {
@@ -72,7 +76,7 @@ pub async fn initialize(
     };
     let key = SessionKey {
         tenant: tenant.name.clone(),
-        user: user.into(),
+        user: principal.user.clone(),
         id,
     };
     let session = LiveSession::new(
@@ -83,11 +87,25 @@ pub async fn initialize(
         gateway.bus.clone(),
     )
     .on_transport(transport)
-    .with_bounds(gateway.session_bounds);
+    .with_bounds(gateway.session_bounds)
+    .charged_to(principal.budget.clone())
+    .with_process_source(gateway.limiter.sessions.process_source(tenant));
+    let counts = &gateway.limiter.sessions;
+    counts.admit(tenant, &session, gateway.session_ttl).await?;
     if let Some(log) = stream {
         session.use_get_stream(log);
     }
-    let (session, caps, instructions) = open_session(gateway, tenant, Arc::new(session)).await?;
+    let session = Arc::new(session);
+    let (session, caps, instructions) = match open_session(gateway, tenant, session.clone()).await {
+        Ok(opened) => opened,
+        Err(e) => {
+            // Refused or failed: it leaves nothing behind, its count included.
+            counts.release(&session).await;
+            return Err(e);
+        }
+    };
+    let deadline = tenant.config.limits.handshake_timeout;
+    crate::limits::sessions::handshake::watch_session(gateway, tenant, &session, deadline);
     let mut result = Map::new();
     result.insert("protocolVersion".into(), version.as_str().into());
     result.insert("capabilities".into(), caps);
@@ -119,6 +137,17 @@ pub async fn open_session(
     session: Arc<LiveSession>,
 ) -> Result<(Arc<LiveSession>, Value, Option<String>), GatewayError> {
     let (key, version) = (session.key.clone(), session.protocol_version);
+    // Per-session processes take their places first, all or none: refused, nothing spawns.
+    let processes = tenant
+        .upstreams
+        .iter()
+        .filter(|u| u.spawns_per_session())
+        .count();
+    if processes > 0 {
+        let n = u32::try_from(processes).unwrap_or(u32::MAX);
+        let permits = gateway.limiter.sessions.reserve_processes(tenant, n)?;
+        session.reserve_processes(permits);
+    }
     let connects = tenant.upstreams.iter().map(|u| ensure_link(&session, u));
     let mut servers = Vec::with_capacity(tenant.upstreams.len());
     for (upstream, result) in tenant

@@ -261,13 +261,19 @@ pub async fn ensure_link(
     if let Some(conn) = session.link(id) {
         return Ok(conn);
     }
+    // A per-session process takes a place first (reserved at `initialize`); a failed start
+    // gives it back.
+    let permit = match upstream.spawns_per_session() {
+        true => session.process_permit()?,
+        false => None,
+    };
     // Boxed: the handshake's state is large and needed once per session and upstream, not
     // in every request's future.
     let (conn, owned) = Box::pin(upstream.connect(session)).await?;
     if session.has_get_stream() {
         conn.listen();
     }
-    session.set_link(id, conn.clone(), owned);
+    session.set_link(id, conn.clone(), owned, permit);
     Ok(conn)
 }
 

@@ -67,7 +67,8 @@ pub async fn session_for(
         client_info,
         gateway.bus.clone(),
     )
-    .with_bounds(gateway.session_bounds);
+    .with_bounds(gateway.session_bounds)
+    .with_process_source(gateway.limiter.sessions.process_source(tenant));
     let session = match open_session(gateway, tenant, Arc::new(session)).await {
         Ok((session, _, _)) => session,
         // Another replica opened it at the same time (the id is the same on every replica).

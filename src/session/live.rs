@@ -15,6 +15,7 @@ use crate::config::SessionBounds;
 use crate::error::ServerRequestRefusal;
 use crate::events::{EventLimits, SessionEvents, StreamLog};
 use crate::jsonrpc::{self, OwnedId, RawObject};
+use crate::limits::sessions::{InFlight, ProcessPermit, ProcessSource};
 use crate::protocol::ProtocolVersion;
 use crate::upstream::{Connection, Ending, UpstreamId};
 use bytes::Bytes;
@@ -30,6 +31,13 @@ mod streams;
 /// Where a forwarded client request went: the connection and the upstream-side id.
 pub type InflightRoute = (Arc<Connection>, u64);
 
+/// The process places a session holds before its links take them.
+#[derive(Default)]
+struct SessionProcesses {
+    reserved: Vec<ProcessPermit>,
+    source: Option<ProcessSource>,
+}
+
 /// A session's link to one upstream (by its `UpstreamId`): the connection, once open, and the
 /// lock that makes concurrent requests open only one.
 struct LinkSlot {
@@ -37,11 +45,20 @@ struct LinkSlot {
     conn: Option<Arc<Connection>>,
     /// Whether the session owns the connection (dedicated) and closes it at the end.
     owned: bool,
+    /// The place of a per-session process among the replica's (given back with the link).
+    permit: Option<ProcessPermit>,
     connecting: Arc<tokio::sync::Mutex<()>>,
 }
 
 pub struct LiveSession {
     pub key: SessionKey,
+    /// Whose per-user limits the session counts against (`Principal::budget`: the user, or
+    /// the client's address on tenants without `auth`).
+    pub budget: Arc<str>,
+    /// Requests of the session being answered on this replica (`in_flight_per_session`).
+    pub in_flight: InFlight,
+    /// Per-session process places reserved at `initialize`, and where to take more.
+    processes: Mutex<SessionProcesses>,
     /// The id as logs show it (`SessionId::hashed`), computed once.
     pub log_id: super::id::HashedId,
     /// Negotiated with the client at `initialize`.
@@ -115,6 +132,9 @@ impl LiveSession {
         let events_key = key.clone();
         LiveSession {
             log_id: key.id.hashed(),
+            budget: key.user.clone(),
+            in_flight: InFlight::default(),
+            processes: Mutex::default(),
             key,
             protocol_version,
             transport: ClientTransport::StreamableHttp,
@@ -160,6 +180,46 @@ impl LiveSession {
         self
     }
 
+    /// The session as counted against `budget`'s per-user limits.
+    pub fn charged_to(mut self, budget: Arc<str>) -> LiveSession {
+        self.budget = budget;
+        self
+    }
+
+    /// Where the session takes the places of per-session processes it had none reserved for.
+    pub fn with_process_source(self, source: ProcessSource) -> LiveSession {
+        if let Ok(mut p) = self.processes.lock() {
+            p.source = Some(source);
+        }
+        self
+    }
+
+    /// Places reserved at `initialize` for the session's per-session processes.
+    pub fn reserve_processes(&self, permits: Vec<ProcessPermit>) {
+        if let Ok(mut p) = self.processes.lock() {
+            p.reserved.extend(permits);
+        }
+    }
+
+    /// A place for one per-session process: a reserved one, else one taken now (`-32029`
+    /// when a cap refuses); `None` when the session counts no processes.
+    pub fn process_permit(&self) -> Result<Option<ProcessPermit>, crate::error::GatewayError> {
+        let mut p = self
+            .processes
+            .lock()
+            .map_err(|_| crate::error::GatewayError::Internal)?;
+        if let Some(permit) = p.reserved.pop() {
+            return Ok(Some(permit));
+        }
+        match &p.source {
+            Some(source) => source
+                .take()
+                .map(Some)
+                .map_err(crate::error::GatewayError::LimitReached),
+            None => Ok(None),
+        }
+    }
+
     /// The session under `bounds` (the config's; the defaults otherwise).
     pub fn with_bounds(mut self, bounds: SessionBounds) -> LiveSession {
         self.server_requests =
@@ -180,6 +240,9 @@ impl LiveSession {
             bus,
         );
         s.created_at_ms = record.created_at_ms;
+        if let Some(budget) = record.budget {
+            s.budget = budget.into();
+        }
         s.transport = record.transport;
         s.initialized = AtomicBool::new(record.initialized);
         s.resumable = Mutex::new(record.upstream_sessions);
@@ -213,6 +276,7 @@ impl LiveSession {
             created_at_ms: self.created_at_ms,
             transport: self.transport,
             log_level: self.log_level().map(|l| l.to_string()),
+            budget: (self.budget != self.key.user).then(|| self.budget.to_string()),
         }
     }
 
@@ -330,10 +394,19 @@ impl LiveSession {
             .unwrap_or_default()
     }
 
-    pub fn set_link(&self, upstream: UpstreamId, conn: Arc<Connection>, owned: bool) {
+    /// Records the session's connection to `upstream`; `permit` is the place of its process
+    /// if it is a per-session one (held as long as the link).
+    pub fn set_link(
+        &self,
+        upstream: UpstreamId,
+        conn: Arc<Connection>,
+        owned: bool,
+        permit: Option<ProcessPermit>,
+    ) {
         self.with_slot(upstream, |slot| {
             slot.conn = Some(conn);
             slot.owned = owned;
+            slot.permit = permit;
         });
     }
 
@@ -351,6 +424,7 @@ impl LiveSession {
                     upstream,
                     conn: None,
                     owned: false,
+                    permit: None,
                     connecting: Arc::default(),
                 });
                 links.len() - 1
@@ -375,7 +449,9 @@ impl LiveSession {
             Err(_) => return,
         };
         let mut owned = Vec::new();
+        let mut permits = Vec::new();
         for slot in gone {
+            permits.extend(slot.permit);
             if let Some(conn) = slot.conn {
                 if let Ok(mut r) = self.resumable.lock() {
                     r.remove(conn.upstream_name());
@@ -389,6 +465,8 @@ impl LiveSession {
             }
         }
         futures_util::future::join_all(owned.iter().map(|c| c.close_as(Ending::End))).await;
+        // The processes are gone: their places are free.
+        drop(permits);
     }
 
     /// A shared connection outlives the session: end the subscriptions nobody follows now.
@@ -554,7 +632,12 @@ impl LiveSession {
             .map(|mut l| std::mem::take(&mut *l))
             .unwrap_or_default();
         let mut owned = Vec::new();
+        let mut permits = Vec::new();
+        if let Ok(mut p) = self.processes.lock() {
+            permits.append(&mut p.reserved);
+        }
         for slot in slots {
+            permits.extend(slot.permit);
             match slot.conn {
                 Some(conn) if slot.owned => owned.push(conn),
                 Some(conn) => self.leave_shared(&conn),
@@ -577,6 +660,7 @@ impl LiveSession {
             conn.cancel(id, "the client session ended");
         }
         futures_util::future::join_all(owned.iter().map(|c| c.close_as(ending))).await;
+        drop(permits);
     }
 }
 

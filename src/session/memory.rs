@@ -148,6 +148,7 @@ mod tests {
 
     fn record() -> SessionRecord {
         SessionRecord {
+            budget: None,
             log_level: None,
             protocol_version: "2025-11-25".into(),
             client_capabilities: json!({}),

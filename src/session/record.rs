@@ -26,6 +26,10 @@ pub struct SessionRecord {
     /// speak 2026-07-28 (which have no such method).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_level: Option<String>,
+    /// Whose per-user limits the session counts against, when not its user (the client's
+    /// address on tenants without `auth`): any replica can take it out of the count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<String>,
     /// How the client reaches the session (absent in records of Streamable HTTP sessions).
     #[serde(default, skip_serializing_if = "ClientTransport::is_streamable_http")]
     pub transport: ClientTransport,

@@ -253,6 +253,11 @@ impl Upstream {
         !self.pool().is_empty()
     }
 
+    /// Whether each session gets a child process of its own (`sharing: per-session`).
+    pub fn spawns_per_session(&self) -> bool {
+        matches!(&self.kind, UpstreamKind::Stdio { pool } if pool.is_empty())
+    }
+
     /// The shared processes (empty unless `sharing: shared`).
     pub fn pool(&self) -> &[Arc<Connection>] {
         match &self.kind {

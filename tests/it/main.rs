@@ -19,6 +19,7 @@ mod hostile_bodies;
 mod hostile_connections;
 mod legacy_sse;
 mod limits_rates;
+mod limits_sessions;
 mod metrics;
 mod oidc_harness;
 mod origin_host;

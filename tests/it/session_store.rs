@@ -39,6 +39,7 @@ fn record() -> SessionRecord {
         },
     );
     SessionRecord {
+        budget: None,
         log_level: None,
         protocol_version: "2025-11-25".into(),
         client_capabilities: json!({"sampling": {}, "roots": {"listChanged": true}}),

@@ -1,0 +1,309 @@
+//! Session-level caps: live sessions per user and per tenant (`admit` at `initialize`, before
+//! any upstream is reached; `refresh` with the record's time-to-live; `release` when the
+//! session ends), per-session processes (`processes`), requests in flight per session
+//! (`enter_request`), batch length (`check_batch`). The handshake deadline is `handshake`.
+//! Session counts live in Redis with the Redis store (`shared`: one script, one round trip)
+//! and in the process with the memory store (`local`); processes and requests in flight are
+//! counted per replica.
+
+pub mod handshake;
+mod in_flight;
+mod local;
+mod processes;
+mod shared;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub use in_flight::{InFlight, InFlightGuard};
+use local::LocalSessions;
+pub use processes::{ProcessCap, ProcessPermit, ProcessSource, Processes};
+use shared::{Op, SharedSessions};
+
+use crate::cluster::Redis;
+use crate::config::StoreErrorPolicy;
+use crate::error::{GatewayError, LimitRefusal};
+use crate::session::{LiveSession, StoreError};
+use crate::tenant::Tenant;
+
+/// What a client refused a new session is told to wait: sessions end at any moment (a
+/// DELETE, a handshake deadline), so a few seconds.
+pub const SESSION_RETRY_AFTER: Duration = Duration::from_secs(5);
+/// What a request beyond `in_flight_per_session` is told to wait.
+const IN_FLIGHT_RETRY_AFTER: Duration = Duration::from_secs(1);
+/// How often, at most, a Redis failure of the session counts is logged.
+const STORE_WARNING_EVERY: u64 = 10;
+
+/// The session counters: in Redis when the store is, else in the process; the per-session
+/// process counters of this replica.
+pub struct SessionCaps {
+    backend: Backend,
+    pub processes: Arc<Processes>,
+    /// Unix seconds of the last warning about Redis.
+    last_store_warning: AtomicU64,
+}
+
+enum Backend {
+    Local(LocalSessions),
+    // Boxed: a Redis handle is large, and there is one per process.
+    Shared(Box<SharedSessions>),
+}
+
+/// A session as the counts know it.
+pub struct Counted<'a> {
+    pub tenant: &'a Arc<str>,
+    pub budget: &'a Arc<str>,
+    pub id: &'a str,
+}
+
+/// What a count said.
+#[derive(Debug, Clone, Copy)]
+pub enum Outcome {
+    /// Done; the tenant has `sessions` live sessions now.
+    Counted { sessions: u64 },
+    /// The user has `sessions_per_user` live sessions.
+    UserFull,
+    /// The tenant has `sessions` live sessions.
+    TenantFull,
+}
+
+impl SessionCaps {
+    pub fn new(redis: Option<Redis>, max_session_processes: usize) -> SessionCaps {
+        SessionCaps {
+            backend: match redis {
+                Some(r) => Backend::Shared(Box::new(SharedSessions::new(r))),
+                None => Backend::Local(LocalSessions::default()),
+            },
+            processes: Arc::new(Processes::new(max_session_processes)),
+            last_store_warning: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts a new session against `sessions_per_user` (of its budget) and `sessions`, or
+    /// refuses it with 429 (nothing counted). Its entries lapse `ttl` after the last refresh.
+    /// A Redis failure is decided by the tenant's `on_store_error`.
+    pub async fn admit(
+        &self,
+        tenant: &Tenant,
+        session: &LiveSession,
+        ttl: Duration,
+    ) -> Result<(), GatewayError> {
+        let limits = &tenant.config.limits;
+        let counted = counted(session);
+        let outcome = match &self.backend {
+            Backend::Local(local) => local.admit(
+                &counted,
+                limits.sessions_per_user,
+                limits.sessions,
+                ttl,
+                Instant::now(),
+            ),
+            Backend::Shared(shared) => {
+                let op = Op::Admit {
+                    per_user: limits.sessions_per_user,
+                    tenant: limits.sessions,
+                };
+                match shared.run(&counted, op, ttl).await {
+                    Ok(outcome) => outcome,
+                    Err(e) => return self.on_store_error(tenant, &e),
+                }
+            }
+        };
+        let refusal = match outcome {
+            Outcome::Counted { sessions } => {
+                usage(&tenant.name, sessions);
+                return Ok(());
+            }
+            Outcome::UserFull => LimitRefusal {
+                limit: "sessions_per_user".into(),
+                what: format!("{} live sessions per user", limits.sessions_per_user),
+                retry_after: SESSION_RETRY_AFTER,
+            },
+            Outcome::TenantFull => LimitRefusal {
+                limit: "sessions".into(),
+                what: format!(
+                    "{} live sessions of the tenant",
+                    limits.sessions.unwrap_or_default()
+                ),
+                retry_after: SESSION_RETRY_AFTER,
+            },
+        };
+        Err(GatewayError::TooManyRequests(refused(
+            &tenant.name,
+            refusal,
+        )))
+    }
+
+    /// Restarts the session's entries' time (with its record's time-to-live).
+    pub async fn refresh(&self, session: &LiveSession, ttl: Duration) {
+        let counted = counted(session);
+        let outcome = match &self.backend {
+            Backend::Local(local) => Ok(local.refresh(&counted, ttl, Instant::now())),
+            Backend::Shared(shared) => shared.run(&counted, Op::Refresh, ttl).await,
+        };
+        self.settle(session, outcome, "refreshed");
+    }
+
+    /// Takes an ended session out of the counts (idempotent).
+    pub async fn release(&self, session: &LiveSession) {
+        let counted = counted(session);
+        let outcome = match &self.backend {
+            Backend::Local(local) => Ok(local.release(&counted)),
+            Backend::Shared(shared) => shared.run(&counted, Op::Release, Duration::ZERO).await,
+        };
+        self.settle(session, outcome, "released");
+    }
+
+    /// `n` per-session processes for a new session of `tenant`, or 429 (nothing taken).
+    pub fn reserve_processes(
+        &self,
+        tenant: &Tenant,
+        n: u32,
+    ) -> Result<Vec<ProcessPermit>, GatewayError> {
+        let cap = tenant.config.limits.session_processes;
+        let permits = self
+            .processes
+            .reserve(&tenant.name, cap, n)
+            .map_err(|c| GatewayError::TooManyRequests(process_refusal(&tenant.name, c)))?;
+        Ok(permits)
+    }
+
+    /// Where a session live on this replica takes a process it had none reserved for (one
+    /// continued from another replica).
+    pub fn process_source(&self, tenant: &Tenant) -> ProcessSource {
+        ProcessSource::new(
+            self.processes.clone(),
+            tenant.name.clone(),
+            tenant.config.limits.session_processes,
+        )
+    }
+
+    /// Sets `switchyard_limit_usage{tenant, limit="session_processes"}` (at scrape time).
+    pub fn process_usage(&self, tenant: &str) {
+        crate::metrics::get()
+            .limit_usage
+            .with_label_values(&[tenant, "session_processes"])
+            .set(i64::from(self.processes.of_tenant(tenant)));
+    }
+
+    /// A count that did not refuse: its usage noted, its failure logged.
+    fn settle(&self, session: &LiveSession, outcome: Result<Outcome, StoreError>, what: &str) {
+        match outcome {
+            Ok(Outcome::Counted { sessions }) => usage(&session.key.tenant, sessions),
+            Ok(_) => {}
+            Err(e) => {
+                if self.store_warning_due() {
+                    tracing::warn!(tenant = %session.key.tenant, error = %e, "a session's count was not {what}: Redis is unavailable (its entry lapses with the session's time-to-live; this warning repeats at most every {STORE_WARNING_EVERY} s)");
+                }
+            }
+        }
+    }
+
+    /// A Redis failure at admission: let through (`open`) or 503 (`closed`).
+    fn on_store_error(&self, tenant: &Tenant, error: &StoreError) -> Result<(), GatewayError> {
+        let policy = tenant.config.limits.on_store_error;
+        if self.store_warning_due() {
+            let outcome = match policy {
+                StoreErrorPolicy::Open => "opened uncounted (on_store_error: open)",
+                StoreErrorPolicy::Closed => "refused with 503 (on_store_error: closed)",
+            };
+            tracing::warn!(tenant = %tenant.name, error = %error, "live sessions cannot be counted: Redis is unavailable; new sessions are {outcome} (this warning repeats at most every {STORE_WARNING_EVERY} s)");
+        }
+        match policy {
+            StoreErrorPolicy::Open => Ok(()),
+            StoreErrorPolicy::Closed => {
+                crate::metrics::get()
+                    .limit_refusals
+                    .with_label_values(&[&tenant.name, "store_error"])
+                    .inc();
+                Err(GatewayError::StoreUnavailable)
+            }
+        }
+    }
+
+    fn store_warning_due(&self) -> bool {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let last = self.last_store_warning.load(Ordering::Relaxed);
+        now >= last + STORE_WARNING_EVERY
+            && self
+                .last_store_warning
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
+/// A place for one more request of `session`, or `-32029` when `in_flight_per_session` are
+/// being answered on this replica already.
+pub fn enter_request(
+    tenant: &Tenant,
+    session: &LiveSession,
+) -> Result<InFlightGuard, GatewayError> {
+    let max = tenant.config.limits.in_flight_per_session;
+    session.in_flight.enter(max).ok_or_else(|| {
+        GatewayError::LimitReached(refused(
+            &tenant.name,
+            LimitRefusal {
+                limit: "in_flight_per_session".into(),
+                what: format!("{max} requests of one session in flight"),
+                retry_after: IN_FLIGHT_RETRY_AFTER,
+            },
+        ))
+    })
+}
+
+/// A batch of `members` messages within the tenant's `max_batch`, or 400 before any runs.
+pub fn check_batch(tenant: &Tenant, members: usize) -> Result<(), GatewayError> {
+    let max = tenant.config.limits.max_batch;
+    if members <= max as usize {
+        return Ok(());
+    }
+    crate::metrics::get()
+        .limit_refusals
+        .with_label_values(&[&tenant.name, "max_batch"])
+        .inc();
+    Err(GatewayError::BatchTooLong { max, got: members })
+}
+
+/// The refusal of a process cap, counted.
+pub fn process_refusal(tenant: &str, cap: ProcessCap) -> LimitRefusal {
+    let what = match cap {
+        ProcessCap::Total(n) => format!("{n} per-session processes on this gateway"),
+        ProcessCap::Tenant(n) => format!("{n} per-session processes of the tenant"),
+    };
+    refused(
+        tenant,
+        LimitRefusal {
+            limit: "session_processes".into(),
+            what,
+            retry_after: SESSION_RETRY_AFTER,
+        },
+    )
+}
+
+fn counted(session: &LiveSession) -> Counted<'_> {
+    Counted {
+        tenant: &session.key.tenant,
+        budget: &session.budget,
+        id: session.key.id.as_str(),
+    }
+}
+
+/// Sets `switchyard_limit_usage{tenant, limit="sessions"}`.
+fn usage(tenant: &str, sessions: u64) {
+    crate::metrics::get()
+        .limit_usage
+        .with_label_values(&[tenant, "sessions"])
+        .set(i64::try_from(sessions).unwrap_or(i64::MAX));
+}
+
+/// Counts a refusal in `switchyard_limit_refusals_total` and hands it on.
+fn refused(tenant: &str, refusal: LimitRefusal) -> LimitRefusal {
+    crate::metrics::get()
+        .limit_refusals
+        .with_label_values(&[tenant, refusal.limit.as_str()])
+        .inc();
+    refusal
+}
