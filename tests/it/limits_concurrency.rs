@@ -106,6 +106,7 @@ struct Stats {
 
 impl SlowUpstream {
     async fn start() -> SlowUpstream {
+        switchyard::app::install_crypto_provider();
         let dir = TempDir::new("slow-upstream");
         let script = dir.path("slow.py");
         std::fs::write(&script, SLOW_SERVER).expect("script");
@@ -143,9 +144,10 @@ impl SlowUpstream {
             .send()
             .await
             .expect("stats")
-            .json()
+            .bytes()
             .await
-            .expect("stats JSON");
+            .map(|b| serde_json::from_slice(&b).expect("stats JSON"))
+            .expect("stats body");
         let n = |k: &str| v[k].as_u64().expect("a count");
         Stats {
             now: n("now"),
@@ -383,14 +385,11 @@ async fn abandoned_and_cancelled_calls_give_their_slots_back() {
     assert_eq!((b.answered, b.refused), (4, 0), "{b:?}");
 
     // Cancelled by the client (`notifications/cancelled`): the slot comes back at once.
-    let mut calls = Vec::new();
-    for (i, c) in clients.iter().enumerate() {
+    let running = futures_util::future::join_all(clients.iter().enumerate().map(|(i, c)| async move {
         let body = json!({"jsonrpc": "2.0", "id": 2000 + i, "method": "tools/call",
                           "params": {"name": "slow", "arguments": {"ms": 3000}}});
-        let post = c.post(&body);
-        calls.push(post);
-    }
-    let running = futures_util::future::join_all(calls);
+        c.post(&body).await
+    }));
     let cancel = async {
         // Wait (bounded) until the four calls are at the upstream, then cancel them.
         for _ in 0..200 {
