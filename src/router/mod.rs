@@ -77,7 +77,16 @@ pub async fn handle_request(
         )),
         _ if tenant.is_transparent() => {
             let upstream = &tenant.upstreams[0];
-            forward(session, upstream, &req.method, req.params, req.id, None, None).await
+            forward(
+                session,
+                upstream,
+                &req.method,
+                req.params,
+                req.id,
+                None,
+                None,
+            )
+            .await
         }
         _ => Err(GatewayError::MethodNotFound(req.method.to_string())),
     }
@@ -551,7 +560,16 @@ async fn route_by_uri(
             return Ok(reply);
         }
         let slot = read_slot(gateway, tenant, principal, upstream, follow).await?;
-        return forward(session, upstream, &req.method, req.params, req.id, shape, slot).await;
+        return forward(
+            session,
+            upstream,
+            &req.method,
+            req.params,
+            req.id,
+            shape,
+            slot,
+        )
+        .await;
     }
     let mut params = params_object(req)?;
     let uri = params
@@ -570,7 +588,16 @@ async fn route_by_uri(
     let slot = read_slot(gateway, tenant, principal, upstream, follow).await?;
     params.set("uri", jsonrpc::raw_string(&own));
     let params = params.to_raw();
-    forward(session, upstream, &req.method, Some(&params), req.id, shape, slot).await
+    forward(
+        session,
+        upstream,
+        &req.method,
+        Some(&params),
+        req.id,
+        shape,
+        slot,
+    )
+    .await
 }
 
 /// A slot for a `resources/read` (`follow` is `None`) at a gated upstream; subscriptions
@@ -651,7 +678,16 @@ async fn route_completion(
 ) -> Result<Reply, GatewayError> {
     if tenant.is_transparent() {
         let upstream = &tenant.upstreams[0];
-        return forward(session, upstream, &req.method, req.params, req.id, None, None).await;
+        return forward(
+            session,
+            upstream,
+            &req.method,
+            req.params,
+            req.id,
+            None,
+            None,
+        )
+        .await;
     }
     let mut params = params_object(req)?;
     let mut reference = params
@@ -686,7 +722,16 @@ async fn route_completion(
     let reference = reference.to_raw();
     params.set("ref", reference);
     let params = params.to_raw();
-    forward(session, upstream, &req.method, Some(&params), req.id, None, None).await
+    forward(
+        session,
+        upstream,
+        &req.method,
+        Some(&params),
+        req.id,
+        None,
+        None,
+    )
+    .await
 }
 
 /// `logging/setLevel` goes to every upstream that offers logging; the gateway answers.
@@ -707,7 +752,16 @@ async fn set_level_everywhere(
     if tenant.is_transparent() {
         let upstream = &tenant.upstreams[0];
         if !ensure_link(session, upstream).await?.is_stateless() {
-            return forward(session, upstream, &req.method, req.params, req.id, None, None).await;
+            return forward(
+                session,
+                upstream,
+                &req.method,
+                req.params,
+                req.id,
+                None,
+                None,
+            )
+            .await;
         }
     }
     let calls = tenant.upstreams.iter().map(|u| async move {

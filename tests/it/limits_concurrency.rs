@@ -165,7 +165,10 @@ impl SlowUpstream {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("calls still in flight at the upstream: {:?}", self.stats().await);
+        panic!(
+            "calls still in flight at the upstream: {:?}",
+            self.stats().await
+        );
     }
 }
 
@@ -259,7 +262,10 @@ async fn a_cap_of_four_holds_at_the_upstream_and_a_large_queue_serves_every_call
     assert_eq!((b.answered, b.refused), (20, 0), "{b:?}");
     let s = slow.idle().await;
     assert_eq!(s.served, 20, "{s:?}");
-    assert!(s.peak <= 4, "at most 4 calls in flight at the upstream: {s:?}");
+    assert!(
+        s.peak <= 4,
+        "at most 4 calls in flight at the upstream: {s:?}"
+    );
     assert!(s.peak >= 2, "the burst overlapped at the upstream: {s:?}");
 
     // Other methods are not gated by a tools/call in flight, and the session goes on.
@@ -325,10 +331,19 @@ async fn beyond_a_short_queue_calls_are_refused_counted_and_audited() {
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|v| v["target"] == "switchyard::audit" && v["outcome"] == "limited")
         .collect();
-    assert_eq!(limited.len(), first.refused, "every refusal audited: {limited:#?}");
+    assert_eq!(
+        limited.len(),
+        first.refused,
+        "every refusal audited: {limited:#?}"
+    );
     let first = &limited[0];
     assert_eq!(
-        (&first["tenant"], &first["tool"], &first["upstream"], &first["limit"]),
+        (
+            &first["tenant"],
+            &first["tool"],
+            &first["upstream"],
+            &first["limit"]
+        ),
         (
             &json!("cc-tight"),
             &json!("slow"),
@@ -374,10 +389,17 @@ async fn abandoned_and_cancelled_calls_give_their_slots_back() {
     });
     futures_util::future::join_all(abandon).await;
     let s = slow.stats().await;
-    assert_eq!((s.now, s.served), (4, 0), "the four run on at the upstream: {s:?}");
+    assert_eq!(
+        (s.now, s.served),
+        (4, 0),
+        "the four run on at the upstream: {s:?}"
+    );
     // The four still run at the upstream and hold the four slots: a fifth call is refused.
     let r = clients[0].call_tool("slow", json!({"ms": 10})).await;
-    assert!(is_refusal(&r), "every slot is held by an abandoned call: {r:?}");
+    assert!(
+        is_refusal(&r),
+        "every slot is held by an abandoned call: {r:?}"
+    );
     let s = slow.idle().await;
     assert_eq!(s.served, 4, "{s:?}");
     // They ended: four calls at once pass again, without any queue.
@@ -385,11 +407,12 @@ async fn abandoned_and_cancelled_calls_give_their_slots_back() {
     assert_eq!((b.answered, b.refused), (4, 0), "{b:?}");
 
     // Cancelled by the client (`notifications/cancelled`): the slot comes back at once.
-    let running = futures_util::future::join_all(clients.iter().enumerate().map(|(i, c)| async move {
-        let body = json!({"jsonrpc": "2.0", "id": 2000 + i, "method": "tools/call",
+    let running =
+        futures_util::future::join_all(clients.iter().enumerate().map(|(i, c)| async move {
+            let body = json!({"jsonrpc": "2.0", "id": 2000 + i, "method": "tools/call",
                           "params": {"name": "slow", "arguments": {"ms": 3000}}});
-        c.post(&body).await
-    }));
+            c.post(&body).await
+        }));
     let cancel = async {
         // Wait (bounded) until the four calls are at the upstream, then cancel them.
         for _ in 0..200 {
@@ -401,15 +424,20 @@ async fn abandoned_and_cancelled_calls_give_their_slots_back() {
         assert_eq!(slow.stats().await.now, 4);
         for (i, c) in clients.iter().enumerate() {
             let n = c
-                .post(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                               "params": {"requestId": 2000 + i, "reason": "test"}}))
+                .post(
+                    &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                               "params": {"requestId": 2000 + i, "reason": "test"}}),
+                )
                 .await;
             assert_eq!(n.status, 202, "{n:?}");
         }
     };
     let (_, ()) = tokio::join!(running, cancel);
     // The upstream still sleeps on them, but the gateway no longer waits for them.
-    assert!(slow.stats().await.now > 0, "the cancelled calls were given back early");
+    assert!(
+        slow.stats().await.now > 0,
+        "the cancelled calls were given back early"
+    );
     let b = burst(&clients, 4, 10).await;
     assert_eq!((b.answered, b.refused), (4, 0), "{b:?}");
     assert_eq!(refusals("cc-leak", "concurrency[0]"), before + 1);
@@ -535,7 +563,11 @@ async fn redis_down_lets_calls_through_or_refuses_them_as_each_tenant_chose() {
     );
     assert!(refusals("cc-closed", "store_error") > before);
     let served = slow.idle().await.served;
-    assert_eq!(served, 2 + 2 + 3, "the refused call never reached the upstream");
+    assert_eq!(
+        served,
+        2 + 2 + 3,
+        "the refused call never reached the upstream"
+    );
 
     // Redis back: the closed tenant's calls pass again.
     redis.restart().await;
@@ -550,5 +582,8 @@ async fn redis_down_lets_calls_through_or_refuses_them_as_each_tenant_chose() {
         assert_eq!(r.status, 503, "{r:?}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    assert!(recovered, "the closed tenant serves again once Redis is back");
+    assert!(
+        recovered,
+        "the closed tenant serves again once Redis is back"
+    );
 }

@@ -115,7 +115,8 @@ impl Gate {
 
     /// The key of this upstream's leases in Redis.
     pub(super) fn key(&self, keys: &Keys) -> &str {
-        self.key.get_or_init(|| keys.gate(&self.tenant, &self.upstream))
+        self.key
+            .get_or_init(|| keys.gate(&self.tenant, &self.upstream))
     }
 
     /// A process-local slot (memory store): at once if one is free, else after waiting in
@@ -126,8 +127,7 @@ impl Gate {
         }
         let settings = self.settings();
         let _waiting = self.enqueue(settings.queue).ok_or(Refused::QueueFull)?;
-        match tokio::time::timeout(settings.queue_timeout, self.slots.clone().acquire_owned())
-            .await
+        match tokio::time::timeout(settings.queue_timeout, self.slots.clone().acquire_owned()).await
         {
             Ok(Ok(slot)) => Ok(slot),
             // The semaphore is never closed; a timeout is the only other way out.
@@ -183,7 +183,10 @@ mod tests {
         assert_eq!(gate.take_local().await.err(), Some(Refused::QueueFull));
         drop(_waiting);
         drop(a);
-        assert!(gate.take_local().await.is_ok(), "a slot given back is taken");
+        assert!(
+            gate.take_local().await.is_ok(),
+            "a slot given back is taken"
+        );
     }
 
     #[tokio::test]

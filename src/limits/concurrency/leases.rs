@@ -190,7 +190,10 @@ async fn give_back(
         match change {
             Change::Taken(gate, id) => {
                 let at = Arc::as_ptr(&gate) as usize;
-                held.entry(at).or_insert_with(|| (gate, HashSet::new())).1.insert(id);
+                held.entry(at)
+                    .or_insert_with(|| (gate, HashSet::new()))
+                    .1
+                    .insert(id);
             }
             Change::Released(gate, id) => {
                 let at = Arc::as_ptr(&gate) as usize;
@@ -227,7 +230,11 @@ async fn give_back(
 }
 
 /// Renews every lease still held, one script per upstream.
-async fn renew_held(redis: &Redis, nonce: &str, held: &mut HashMap<usize, (Arc<Gate>, HashSet<u64>)>) {
+async fn renew_held(
+    redis: &Redis,
+    nonce: &str,
+    held: &mut HashMap<usize, (Arc<Gate>, HashSet<u64>)>,
+) {
     for (gate, ids) in held.values() {
         let mut invocation = RENEW.key(gate.key(&redis.keys));
         invocation.arg(LEASE.as_millis() as u64);

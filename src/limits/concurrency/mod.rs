@@ -49,8 +49,9 @@ pub struct Gates {
 #[derive(Default)]
 pub struct TenantGates(Box<[(UpstreamId, Arc<Gate>)]>);
 
-/// A slot at a gated upstream, given back when dropped.
-pub struct Permit(#[allow(dead_code)] Held); // held for its `Drop`
+/// A slot at a gated upstream, given back when dropped. Boxed: every `ForwardStream` has
+/// room for one, and only gated calls fill it.
+pub struct Permit(#[allow(dead_code)] Box<Held>); // held for its `Drop`
 
 #[allow(dead_code)] // held for their `Drop`
 enum Held {
@@ -142,6 +143,18 @@ impl Gates {
         let Some(gate) = tenant.gates.of(upstream) else {
             return Ok(None);
         };
+        // Boxed: waiting (and Redis) is a large state, kept out of the future of every
+        // request that has no gate to pass.
+        Box::pin(self.take(tenant, principal, gate, call)).await
+    }
+
+    async fn take(
+        &self,
+        tenant: &Tenant,
+        principal: &Principal,
+        gate: &Arc<Gate>,
+        call: Call<'_>,
+    ) -> Result<Option<Permit>, GatewayError> {
         let taken = match &self.leases {
             None => gate.take_local().await.map(Held::Local),
             Some(leases) => match leases.take(gate).await {
@@ -150,7 +163,7 @@ impl Gates {
             },
         };
         match taken {
-            Ok(held) => Ok(Some(Permit(held))),
+            Ok(held) => Ok(Some(Permit(Box::new(held)))),
             Err(why) => {
                 let refusal = refusal(gate, why);
                 crate::metrics::get()
@@ -235,7 +248,12 @@ fn audit(principal: &Principal, gate: &Gate, call: Call<'_>, limit: &str) {
     let tool = match call {
         Call::Tool(t) => std::borrow::Cow::Borrowed(t),
         Call::ToolIn(params) => params
-            .and_then(|p| RawObject::parse(p).ok()?.get_str("name").map(|n| n.into_owned().into()))
+            .and_then(|p| {
+                RawObject::parse(p)
+                    .ok()?
+                    .get_str("name")
+                    .map(|n| n.into_owned().into())
+            })
             .unwrap_or(std::borrow::Cow::Borrowed("-")),
         Call::Other => return,
     };
