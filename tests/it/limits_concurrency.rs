@@ -4,7 +4,8 @@
 //! without going through the gateway. Memory store (one replica) and Redis store (two
 //! replicas on one real `redis-server`), the bounded queue and its timeout, refusals as
 //! `-32029` naming `concurrency[<i>]` (audited, from a gateway process's log), slots that come
-//! back after abandoned and cancelled calls, and Redis killed under `open` and `closed`.
+//! back after abandoned and cancelled calls, `prompts/get` and `resources/read` gated like
+//! `tools/call` (lists not), and Redis killed under `open` and `closed`.
 
 use std::time::Duration;
 
@@ -61,9 +62,13 @@ class Handler(BaseHTTPRequestHandler):
         result, error = None, None
         if method == "initialize":
             result = {"protocolVersion": params.get("protocolVersion", "2025-06-18"),
-                      "capabilities": {"tools": {}}, "serverInfo": {"name": "slow", "version": "0"}}
+                      "capabilities": {"tools": {}, "prompts": {}, "resources": {}}, "serverInfo": {"name": "slow", "version": "0"}}
         elif method == "ping":
             result = {}
+        elif method == "prompts/get":
+            result = {"messages": []}
+        elif method == "resources/read":
+            result = {"contents": [{"uri": params.get("uri"), "text": "r"}]}
         elif method == "tools/list":
             result = {"tools": [{"name": "slow", "inputSchema": {"type": "object"}}]}
         elif method == "tools/call" and params.get("name") == "slow":
@@ -270,6 +275,48 @@ async fn a_cap_of_four_holds_at_the_upstream_and_a_large_queue_serves_every_call
 
     // Other methods are not gated by a tools/call in flight, and the session goes on.
     assert_eq!(clients[0].request("ping", json!({})).await.status, 200);
+}
+
+#[tokio::test]
+async fn prompts_and_resource_reads_take_slots_too() {
+    let slow = SlowUpstream::start().await;
+    let t = gated("cc-other", &slow, cap(1, 0, Duration::from_millis(10)));
+    let gw = TestGateway::start(config(vec![t])).await;
+    let clients = sessions(&[gw.url("cc-other")], 2).await;
+    let (busy, other) = (&clients[0], &clients[1]);
+    let holding = busy.call_tool("slow", json!({"ms": 1500}));
+    let probe = async {
+        for _ in 0..200 {
+            if slow.stats().await.now == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The one slot is held by the tool call: a prompt and a read are refused.
+        let p = other.request("prompts/get", json!({"name": "p"})).await;
+        let r = other
+            .request("resources/read", json!({"uri": "file:///r"}))
+            .await;
+        // Lists are not calls: never gated.
+        let l = other.request("tools/list", json!({})).await;
+        (p, r, l)
+    };
+    let (answer, (p, r, l)) = tokio::join!(holding, probe);
+    assert_eq!(
+        answer.last()["result"]["content"][0]["text"],
+        "slept",
+        "{answer:?}"
+    );
+    assert!(is_refusal(&p), "{p:?}");
+    assert!(is_refusal(&r), "{r:?}");
+    assert!(l.last()["result"]["tools"].is_array(), "{l:?}");
+    // Free again: both pass.
+    let p = other.request("prompts/get", json!({"name": "p"})).await;
+    assert!(p.last()["result"]["messages"].is_array(), "{p:?}");
+    let r = other
+        .request("resources/read", json!({"uri": "file:///r"}))
+        .await;
+    assert_eq!(r.last()["result"]["contents"][0]["text"], "r", "{r:?}");
 }
 
 #[tokio::test]
