@@ -9,6 +9,7 @@ use dashmap::DashMap;
 
 use crate::auth::Authenticator;
 use crate::config::{Limits, PrefixMode, TenantConfig, UpstreamConfig};
+use crate::limits::concurrency::TenantGates;
 use crate::policy::ToolPolicies;
 use crate::router::CursorKey;
 use crate::session::{LegacyStreams, LiveSession, SessionId};
@@ -80,6 +81,9 @@ pub struct Tenant {
     /// The tool list version (catalog generation) each upstream named by a policy was last
     /// checked at, so a pattern matching no tool is reported once per start, reload or change.
     pub policy_audits: std::sync::Mutex<std::collections::HashMap<UpstreamId, u64>>,
+    /// The upstreams a `limits.concurrency` entry caps, resolved at load (kept across reloads
+    /// by upstream name, so calls in flight keep their slots).
+    pub gates: TenantGates,
 }
 
 impl Tenant {
@@ -179,8 +183,15 @@ impl Tenant {
                 .as_ref()
                 .map(|a| Arc::new(Authenticator::new(a, auth_http_client()))),
         };
+        let name: Arc<str> = config.name.as_str().into();
+        let gates = TenantGates::resolve(
+            &name,
+            &config.limits.concurrency,
+            &upstreams,
+            previous.map(|p| &p.gates),
+        );
         let tenant = Arc::new(Tenant {
-            name: config.name.as_str().into(),
+            name,
             config: config.clone(),
             upstreams: upstreams.into(),
             directory,
@@ -192,6 +203,7 @@ impl Tenant {
             authenticator,
             policies: ToolPolicies::new(&config.tool_policies),
             policy_audits: Default::default(),
+            gates,
         });
         Ok((tenant, retired))
     }

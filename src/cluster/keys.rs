@@ -156,6 +156,15 @@ impl Keys {
         k
     }
 
+    /// The slots leased at one gated upstream of a tenant (`limits.concurrency`): a sorted
+    /// set of lease ids scored by their expiry (ms, Redis's clock); expires with its last lease.
+    pub fn gate(&self, tenant: &str, upstream: &str) -> String {
+        let mut k = self.limits_of(tenant);
+        k.push_str("gate:");
+        escape_into(&mut k, upstream);
+        k
+    }
+
     /// The applied layout version.
     pub fn layout(&self) -> String {
         format!("{}:meta:layout", self.prefix)
@@ -243,6 +252,7 @@ mod tests {
             "sy:v1:lim:{acme}:sess:u:ip%3A1"
         );
         assert_eq!(keys.session_count("acme", None), "sy:v1:lim:{acme}:sess:t");
+        assert_eq!(keys.gate("acme", "a:b"), "sy:v1:lim:{acme}:gate:a%3Ab");
     }
 
     #[test]

@@ -22,6 +22,7 @@ use crate::cluster::{BusMessage, replica_of};
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
 use crate::jsonrpc::{self, Notification, RawObject, Request, Response};
+use crate::limits::concurrency::{Call, Permit};
 use crate::limits::rate::Rates;
 use crate::policy::Decision;
 use crate::protocol::param_headers::ParamHeaders;
@@ -67,7 +68,7 @@ pub async fn handle_request(
             route_by_name(gateway, tenant, session, principal, req, ListKind::Prompts).await
         }
         Method::ResourcesRead | Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => {
-            route_by_uri(tenant, session, req).await
+            route_by_uri(gateway, tenant, session, principal, req).await
         }
         Method::CompletionComplete => route_completion(tenant, session, req).await,
         Method::LoggingSetLevel => set_level_everywhere(tenant, session, req).await,
@@ -76,7 +77,16 @@ pub async fn handle_request(
         )),
         _ if tenant.is_transparent() => {
             let upstream = &tenant.upstreams[0];
-            forward(session, upstream, &req.method, req.params, req.id, None).await
+            forward(
+                session,
+                upstream,
+                &req.method,
+                req.params,
+                req.id,
+                None,
+                None,
+            )
+            .await
         }
         _ => Err(GatewayError::MethodNotFound(req.method.to_string())),
     }
@@ -278,7 +288,8 @@ pub async fn ensure_link(
 }
 
 /// Forwards a request to `upstream` as is (params possibly edited by the caller). `shape` says
-/// where resource URIs sit in the result, to namespace them on the way back.
+/// where resource URIs sit in the result, to namespace them on the way back; `slot` (a gated
+/// upstream's, taken by the caller) is held until the request ends.
 async fn forward(
     session: &Arc<LiveSession>,
     upstream: &Arc<Upstream>,
@@ -286,6 +297,7 @@ async fn forward(
     params: Option<&RawValue>,
     client_id: &RawValue,
     shape: Option<ResultShape>,
+    slot: Option<Permit>,
 ) -> Result<Reply, GatewayError> {
     let conn = ensure_link(session, upstream).await?;
     conn.ready(upstream.info.request_timeout).await?;
@@ -314,7 +326,8 @@ async fn forward(
         client_id.to_owned(),
         Arc::downgrade(session),
         span,
-    );
+    )
+    .holding(slot);
     // Every tool call leaves an audit event when it ends.
     let tool = (method == "tools/call")
         .then(|| {
@@ -458,8 +471,15 @@ async fn route_by_name(
     };
     let policed = kind == ListKind::Tools && !tenant.policies.is_empty();
     let limited = kind == ListKind::Tools && Rates::limits_calls(&tenant.config.limits);
+    let gates = &gateway.limiter.concurrency;
     if tenant.is_transparent() && !policed && !limited {
         let upstream = &tenant.upstreams[0];
+        // Gated without reading the name (read only to audit a refused tool call).
+        let call = match kind {
+            ListKind::Tools => Call::ToolIn(req.params),
+            _ => Call::Other,
+        };
+        let slot = gates.admit(tenant, principal, upstream, call).await?;
         return forward(
             session,
             upstream,
@@ -467,6 +487,7 @@ async fn route_by_name(
             req.params,
             req.id,
             Some(shape),
+            slot,
         )
         .await;
     }
@@ -502,6 +523,12 @@ async fn route_by_name(
             .check_call(tenant, principal, upstream.name(), &own)
             .await?;
     }
+    // Last: a slot is held only by a call that is sent.
+    let call = match kind {
+        ListKind::Tools => Call::Tool(&own),
+        _ => Call::Other,
+    };
+    let slot = gates.admit(tenant, principal, upstream, call).await?;
     params.set("name", jsonrpc::raw_string(&own));
     let params = params.to_raw();
     forward(
@@ -511,14 +538,18 @@ async fn route_by_name(
         Some(&params),
         req.id,
         Some(shape),
+        slot,
     )
     .await
 }
 
-/// `resources/read|subscribe|unsubscribe`: the namespaced `uri` selects the upstream.
+/// `resources/read|subscribe|unsubscribe`: the namespaced `uri` selects the upstream. A read
+/// at a gated upstream takes a slot.
 async fn route_by_uri(
+    gateway: &Gateway,
     tenant: &Arc<Tenant>,
     session: &Arc<LiveSession>,
+    principal: &Principal,
     req: &Request<'_>,
 ) -> Result<Reply, GatewayError> {
     let shape = (req.method == "resources/read").then_some(ResultShape::ReadResource);
@@ -534,7 +565,17 @@ async fn route_by_uri(
         {
             return Ok(reply);
         }
-        return forward(session, upstream, &req.method, req.params, req.id, shape).await;
+        let slot = read_slot(gateway, tenant, principal, upstream, follow).await?;
+        return forward(
+            session,
+            upstream,
+            &req.method,
+            req.params,
+            req.id,
+            shape,
+            slot,
+        )
+        .await;
     }
     let mut params = params_object(req)?;
     let uri = params
@@ -550,9 +591,38 @@ async fn route_by_uri(
     if let Some(reply) = shared_subscription(session, upstream, req, &own).await? {
         return Ok(reply);
     }
+    let slot = read_slot(gateway, tenant, principal, upstream, follow).await?;
     params.set("uri", jsonrpc::raw_string(&own));
     let params = params.to_raw();
-    forward(session, upstream, &req.method, Some(&params), req.id, shape).await
+    forward(
+        session,
+        upstream,
+        &req.method,
+        Some(&params),
+        req.id,
+        shape,
+        slot,
+    )
+    .await
+}
+
+/// A slot for a `resources/read` (`follow` is `None`) at a gated upstream; subscriptions
+/// are not calls and take none.
+async fn read_slot(
+    gateway: &Gateway,
+    tenant: &Tenant,
+    principal: &Principal,
+    upstream: &Upstream,
+    follow: Option<bool>,
+) -> Result<Option<Permit>, GatewayError> {
+    if follow.is_some() {
+        return Ok(None);
+    }
+    gateway
+        .limiter
+        .concurrency
+        .admit(tenant, principal, upstream, Call::Other)
+        .await
 }
 
 /// An upstream of the stateless revision has no `resources/subscribe`: the resource is
@@ -614,7 +684,16 @@ async fn route_completion(
 ) -> Result<Reply, GatewayError> {
     if tenant.is_transparent() {
         let upstream = &tenant.upstreams[0];
-        return forward(session, upstream, &req.method, req.params, req.id, None).await;
+        return forward(
+            session,
+            upstream,
+            &req.method,
+            req.params,
+            req.id,
+            None,
+            None,
+        )
+        .await;
     }
     let mut params = params_object(req)?;
     let mut reference = params
@@ -649,7 +728,16 @@ async fn route_completion(
     let reference = reference.to_raw();
     params.set("ref", reference);
     let params = params.to_raw();
-    forward(session, upstream, &req.method, Some(&params), req.id, None).await
+    forward(
+        session,
+        upstream,
+        &req.method,
+        Some(&params),
+        req.id,
+        None,
+        None,
+    )
+    .await
 }
 
 /// `logging/setLevel` goes to every upstream that offers logging; the gateway answers.
@@ -670,7 +758,16 @@ async fn set_level_everywhere(
     if tenant.is_transparent() {
         let upstream = &tenant.upstreams[0];
         if !ensure_link(session, upstream).await?.is_stateless() {
-            return forward(session, upstream, &req.method, req.params, req.id, None).await;
+            return forward(
+                session,
+                upstream,
+                &req.method,
+                req.params,
+                req.id,
+                None,
+                None,
+            )
+            .await;
         }
     }
     let calls = tenant.upstreams.iter().map(|u| async move {

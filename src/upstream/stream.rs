@@ -15,6 +15,7 @@ use super::{Connection, StreamEvent};
 use crate::error::GatewayError;
 use crate::events::MessageKind;
 use crate::jsonrpc::OwnedId;
+use crate::limits::concurrency::Permit;
 use crate::session::LiveSession;
 
 /// What the client gets next for a forwarded request.
@@ -52,6 +53,9 @@ struct Inner {
     span: tracing::Span,
     /// Whether dropping the stream before its end cancels the upstream request.
     cancel_on_drop: bool,
+    /// The slot at a gated upstream the request holds (`limits.concurrency`): given back
+    /// when the request ends, however it ends (dropped with the rest).
+    _slot: Option<Permit>,
 }
 
 impl ForwardStream {
@@ -82,6 +86,7 @@ impl ForwardStream {
                 audit_tool: None,
                 span,
                 cancel_on_drop: false,
+                _slot: None,
             }),
         }
     }
@@ -90,6 +95,14 @@ impl ForwardStream {
     pub fn audited(mut self, tool: String) -> ForwardStream {
         if let Some(inner) = self.inner.as_mut() {
             inner.audit_tool = Some(tool.into());
+        }
+        self
+    }
+
+    /// Holds `slot` (a gated upstream's, `limits.concurrency`) until the request ends.
+    pub fn holding(mut self, slot: Option<Permit>) -> ForwardStream {
+        if let Some(inner) = self.inner.as_mut() {
+            inner._slot = slot;
         }
         self
     }

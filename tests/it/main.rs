@@ -18,6 +18,7 @@ mod fuzz;
 mod hostile_bodies;
 mod hostile_connections;
 mod legacy_sse;
+mod limits_concurrency;
 mod limits_rates;
 mod limits_sessions;
 mod metrics;

@@ -1,0 +1,252 @@
+//! Slots leased in Redis (Redis store), so a cap holds across replicas: one sorted set per
+//! gated upstream (`cluster::Keys::gate`), member = lease id (`<replica nonce>:<n>`), score =
+//! expiry. Taking a slot is one script (`take.lua`: drop expired leases, count, add) — one
+//! round trip. Giving it back is off the request's path: dropping a `Lease` tells this
+//! replica's keeper task, which removes what was given back in batches (one `ZREM` per
+//! upstream) and wakes this replica's waiters; every `RENEW_EVERY` it renews the leases still
+//! held (`renew.lua`), so a long call keeps its slot and a crashed replica's slots come free
+//! `LEASE` after its last renewal. A waiting call polls with backoff (or sooner, woken by a
+//! local give-back) until `queue_timeout`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::gate::{Gate, Refused};
+use crate::cluster::Redis;
+use crate::session::StoreError;
+
+/// How long a lease lives without renewal: what a crashed replica's slot costs.
+pub const LEASE: Duration = Duration::from_secs(30);
+/// How often held leases are renewed (a third of `LEASE`: two renewals may fail in a row).
+const RENEW_EVERY: Duration = Duration::from_secs(10);
+/// The first pause of a waiting call between tries, doubled up to `MAX_PAUSE`.
+const FIRST_PAUSE: Duration = Duration::from_millis(10);
+const MAX_PAUSE: Duration = Duration::from_millis(200);
+/// Give-backs handled per batch.
+const BATCH: usize = 512;
+
+static TAKE: LazyLock<::redis::Script> =
+    LazyLock::new(|| ::redis::Script::new(include_str!("take.lua")));
+static RENEW: LazyLock<::redis::Script> =
+    LazyLock::new(|| ::redis::Script::new(include_str!("renew.lua")));
+
+/// This replica's leases: how they are taken, and the keeper that renews and gives them back.
+pub struct Leases {
+    redis: Redis,
+    /// Makes lease ids unique across replicas (random per process).
+    nonce: Arc<str>,
+    next: AtomicU64,
+    /// To the keeper task, started with the first lease.
+    keeper: OnceLock<mpsc::UnboundedSender<Change>>,
+}
+
+/// A slot held in Redis; given back when dropped (the call ended, failed, was cancelled, or
+/// the client left).
+pub struct Lease {
+    gate: Arc<Gate>,
+    id: u64,
+    keeper: mpsc::UnboundedSender<Change>,
+    /// The script said no: there is nothing to give back.
+    void: bool,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.void {
+            let _ = self
+                .keeper
+                .send(Change::Released(self.gate.clone(), self.id));
+        }
+    }
+}
+
+/// What the keeper learns of this replica's leases, in order.
+enum Change {
+    Taken(Arc<Gate>, u64),
+    Released(Arc<Gate>, u64),
+}
+
+impl Leases {
+    pub fn new(redis: Redis) -> Leases {
+        let mut nonce = [0u8; 8];
+        let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce);
+        Leases {
+            redis,
+            nonce: u64::from_be_bytes(nonce).to_string().into(),
+            next: AtomicU64::new(1),
+            keeper: OnceLock::new(),
+        }
+    }
+
+    /// A slot at `gate`'s upstream: at once if one is free, else after waiting in this
+    /// replica's queue, polling, at most `queue_timeout`. A Redis failure is the caller's to
+    /// decide (`on_store_error`).
+    pub async fn take(&self, gate: &Arc<Gate>) -> Result<Result<Lease, Refused>, StoreError> {
+        let settings = gate.settings();
+        if let Some(lease) = self.try_take(gate, settings.max_in_flight).await? {
+            return Ok(Ok(lease));
+        }
+        let Some(_waiting) = gate.enqueue(settings.queue) else {
+            return Ok(Err(Refused::QueueFull));
+        };
+        let deadline = Instant::now() + settings.queue_timeout;
+        let mut pause = FIRST_PAUSE;
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(Err(Refused::TimedOut));
+            }
+            tokio::select! {
+                _ = gate.released.notified() => {}
+                _ = tokio::time::sleep_until((now + pause).min(deadline)) => {}
+            }
+            pause = (pause * 2).min(MAX_PAUSE);
+            if let Some(lease) = self.try_take(gate, settings.max_in_flight).await? {
+                return Ok(Ok(lease));
+            }
+        }
+    }
+
+    /// One try: `take.lua`, one round trip.
+    async fn try_take(&self, gate: &Arc<Gate>, max: u32) -> Result<Option<Lease>, StoreError> {
+        let keeper = self.keeper();
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        // Made before the script runs: should this call be dropped while it runs, the lease
+        // it may have taken is given back all the same.
+        let mut lease = Lease {
+            gate: gate.clone(),
+            id,
+            keeper: keeper.clone(),
+            void: false,
+        };
+        let mut invocation = TAKE.key(gate.key(&self.redis.keys));
+        invocation
+            .arg(max)
+            .arg(LEASE.as_millis() as u64)
+            .arg(member(&self.nonce, id));
+        let mut conn = self.redis.conn.clone();
+        let taken: u32 = self
+            .redis
+            .run("limit_gates", invocation.invoke_async(&mut conn))
+            .await?;
+        if taken == 0 {
+            lease.void = true;
+            return Ok(None);
+        }
+        let _ = keeper.send(Change::Taken(gate.clone(), id));
+        Ok(Some(lease))
+    }
+
+    /// The keeper's inbox; the keeper is started on first use.
+    fn keeper(&self) -> &mpsc::UnboundedSender<Change> {
+        self.keeper.get_or_init(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(keep(self.redis.clone(), self.nonce.clone(), rx));
+            tx
+        })
+    }
+}
+
+fn member(nonce: &str, id: u64) -> String {
+    format!("{nonce}:{id}")
+}
+
+/// The keeper: gives leases back in batches and renews those held, until the `Leases` and
+/// every lease are gone.
+async fn keep(redis: Redis, nonce: Arc<str>, mut changes: mpsc::UnboundedReceiver<Change>) {
+    // Keyed by the gate's address: the gate is kept alive by the entry.
+    let mut held: HashMap<usize, (Arc<Gate>, HashSet<u64>)> = HashMap::new();
+    let mut renew = tokio::time::interval_at(Instant::now() + RENEW_EVERY, RENEW_EVERY);
+    renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut batch = Vec::with_capacity(BATCH);
+    loop {
+        tokio::select! {
+            n = changes.recv_many(&mut batch, BATCH) => {
+                if n == 0 {
+                    return;
+                }
+                give_back(&redis, &nonce, &mut held, batch.drain(..)).await;
+            }
+            _ = renew.tick() => renew_held(&redis, &nonce, &mut held).await,
+        }
+    }
+}
+
+/// Records what was taken and removes what was given back: one `ZREM` per upstream, then
+/// this replica's waiters there are woken.
+async fn give_back(
+    redis: &Redis,
+    nonce: &str,
+    held: &mut HashMap<usize, (Arc<Gate>, HashSet<u64>)>,
+    changes: impl Iterator<Item = Change>,
+) {
+    let mut gone: HashMap<usize, (Arc<Gate>, Vec<String>)> = HashMap::new();
+    for change in changes {
+        match change {
+            Change::Taken(gate, id) => {
+                let at = Arc::as_ptr(&gate) as usize;
+                held.entry(at)
+                    .or_insert_with(|| (gate, HashSet::new()))
+                    .1
+                    .insert(id);
+            }
+            Change::Released(gate, id) => {
+                let at = Arc::as_ptr(&gate) as usize;
+                if let Some((_, ids)) = held.get_mut(&at) {
+                    ids.remove(&id);
+                    if ids.is_empty() {
+                        held.remove(&at);
+                    }
+                }
+                gone.entry(at)
+                    .or_insert_with(|| (gate, Vec::new()))
+                    .1
+                    .push(member(nonce, id));
+            }
+        }
+    }
+    for (gate, members) in gone.into_values() {
+        let key = gate.key(&redis.keys);
+        let mut conn = redis.conn.clone();
+        let removed = redis
+            .run("limit_gates", async {
+                redis::cmd("ZREM")
+                    .arg(key)
+                    .arg(&members)
+                    .query_async::<u64>(&mut conn)
+                    .await
+            })
+            .await;
+        if let Err(e) = removed {
+            tracing::debug!(tenant = %gate.tenant, upstream = %gate.upstream, error = %e, "slots not given back to Redis: they expire within {} s", LEASE.as_secs());
+        }
+        gate.released.notify_waiters();
+    }
+}
+
+/// Renews every lease still held, one script per upstream.
+async fn renew_held(
+    redis: &Redis,
+    nonce: &str,
+    held: &mut HashMap<usize, (Arc<Gate>, HashSet<u64>)>,
+) {
+    for (gate, ids) in held.values() {
+        let mut invocation = RENEW.key(gate.key(&redis.keys));
+        invocation.arg(LEASE.as_millis() as u64);
+        for id in ids {
+            invocation.arg(member(nonce, *id));
+        }
+        let mut conn = redis.conn.clone();
+        if let Err(e) = redis
+            .run("limit_gates", invocation.invoke_async::<u32>(&mut conn))
+            .await
+        {
+            tracing::warn!(tenant = %gate.tenant, upstream = %gate.upstream, error = %e, "leases of calls in flight not renewed; they expire {} s after their last renewal", LEASE.as_secs());
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! Calls in flight at an upstream (`tenants[].limits.concurrency`): a cap with a bounded queue
+//! and a wait limit, to protect backends. A call the router forwards to a gated upstream
+//! (`tools/call`, `prompts/get`, `resources/read`) takes a slot first (`Gates::admit`) and
+//! holds it in a `Permit` that the request's `ForwardStream` owns: dropped when the answer,
+//! a failure, a timeout or a cancellation ends the request, or when it is drained after the
+//! client left — it cannot leak. Slots are counted in the process with the memory store
+//! (`gate`: a semaphore per tenant and upstream) and leased in Redis with the Redis store
+//! (`leases`), so the cap holds across replicas. Which upstreams are gated is resolved when
+//! a tenant is (re)loaded (`TenantGates`), so an upstream without a cap costs one look at an
+//! empty list per call.
+
+mod gate;
+mod leases;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::value::RawValue;
+use tokio::sync::OwnedSemaphorePermit;
+
+pub use gate::Gate;
+use gate::Refused;
+use leases::{Lease, Leases};
+
+use crate::auth::Principal;
+use crate::cluster::Redis;
+use crate::config::{ConcurrencyLimit, StoreErrorPolicy, glob};
+use crate::error::{GatewayError, LimitRefusal};
+use crate::jsonrpc::RawObject;
+use crate::tenant::Tenant;
+use crate::upstream::{Upstream, UpstreamId};
+
+/// What a refused call is told to wait before trying again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// How often, at most, a Redis failure under `on_store_error` is logged.
+const STORE_WARNING_EVERY: u64 = 10;
+
+/// The upstreams' gates: slots leased in Redis when the store is, else in the process.
+pub struct Gates {
+    // Boxed: a Redis handle is large, and there is one `Gates` per process.
+    leases: Option<Box<Leases>>,
+    /// Unix seconds of the last warning about Redis.
+    last_store_warning: AtomicU64,
+}
+
+/// The gated upstreams of one loaded tenant, each with its gate (kept across reloads by
+/// upstream name, so calls in flight keep counting). Empty when the tenant caps nothing.
+#[derive(Default)]
+pub struct TenantGates(Box<[(UpstreamId, Arc<Gate>)]>);
+
+/// A slot at a gated upstream, given back when dropped. Boxed: every `ForwardStream` has
+/// room for one, and only gated calls fill it.
+pub struct Permit(#[allow(dead_code)] Box<Held>); // held for its `Drop`
+
+#[allow(dead_code)] // held for their `Drop`
+enum Held {
+    Local(OwnedSemaphorePermit),
+    Leased(Lease),
+}
+
+/// The call being gated, named in the audit event of a refused `tools/call`.
+#[derive(Clone, Copy)]
+pub enum Call<'a> {
+    /// A `tools/call` of this tool (the upstream's own name).
+    Tool(&'a str),
+    /// A `tools/call` forwarded untouched: the name is read from its params if refused.
+    ToolIn(Option<&'a RawValue>),
+    /// Not a tool call (`prompts/get`, `resources/read`): not audited.
+    Other,
+}
+
+impl TenantGates {
+    /// Resolves which of `upstreams` a `concurrency` entry selects (the first that does),
+    /// continuing `previous`'s gates for upstreams of the same name.
+    pub fn resolve(
+        tenant: &Arc<str>,
+        limits: &[ConcurrencyLimit],
+        upstreams: &[Arc<Upstream>],
+        previous: Option<&TenantGates>,
+    ) -> TenantGates {
+        if limits.is_empty() {
+            return TenantGates::default();
+        }
+        let mut gates = Vec::new();
+        for upstream in upstreams {
+            let name = upstream.name();
+            let Some((index, limit)) = limits
+                .iter()
+                .enumerate()
+                .find(|(_, l)| glob(&l.upstream, name))
+            else {
+                continue;
+            };
+            let kept = previous
+                .and_then(|p| p.0.iter().find(|(_, g)| &*g.upstream == name))
+                .map(|(_, g)| g.clone());
+            let gate = match kept {
+                Some(gate) => {
+                    gate.update(index, limit);
+                    gate
+                }
+                None => Arc::new(Gate::new(
+                    tenant.clone(),
+                    upstream.info.name.clone(),
+                    index,
+                    limit,
+                )),
+            };
+            gates.push((upstream.info.id, gate));
+        }
+        TenantGates(gates.into())
+    }
+
+    /// The gate of `upstream`, if a limit selects it.
+    pub fn of(&self, upstream: &Upstream) -> Option<&Arc<Gate>> {
+        self.0
+            .iter()
+            .find(|(id, _)| *id == upstream.info.id)
+            .map(|(_, g)| g)
+    }
+}
+
+impl Gates {
+    pub fn new(redis: Option<Redis>) -> Gates {
+        Gates {
+            leases: redis.map(|r| Box::new(Leases::new(r))),
+            last_store_warning: AtomicU64::new(0),
+        }
+    }
+
+    /// A slot for one call to `upstream`; `None` when no limit selects it (or Redis is down
+    /// and the tenant chose `on_store_error: open`). Refused: `-32029` naming
+    /// `concurrency[<i>]`, counted, and audited for a `tools/call`; Redis down under
+    /// `closed`: `StoreUnavailable`.
+    pub async fn admit(
+        &self,
+        tenant: &Tenant,
+        principal: &Principal,
+        upstream: &Upstream,
+        call: Call<'_>,
+    ) -> Result<Option<Permit>, GatewayError> {
+        let Some(gate) = tenant.gates.of(upstream) else {
+            return Ok(None);
+        };
+        // Boxed: waiting (and Redis) is a large state, kept out of the future of every
+        // request that has no gate to pass.
+        Box::pin(self.take(tenant, principal, gate, call)).await
+    }
+
+    async fn take(
+        &self,
+        tenant: &Tenant,
+        principal: &Principal,
+        gate: &Arc<Gate>,
+        call: Call<'_>,
+    ) -> Result<Option<Permit>, GatewayError> {
+        let taken = match &self.leases {
+            None => gate.take_local().await.map(Held::Local),
+            Some(leases) => match leases.take(gate).await {
+                Ok(taken) => taken.map(Held::Leased),
+                Err(e) => return self.store_error(tenant, principal, gate, call, &e),
+            },
+        };
+        match taken {
+            Ok(held) => Ok(Some(Permit(Box::new(held)))),
+            Err(why) => {
+                let refusal = refusal(gate, why);
+                crate::metrics::get()
+                    .limit_refusals
+                    .with_label_values(&[&*tenant.name, refusal.limit.as_str()])
+                    .inc();
+                audit(principal, gate, call, &refusal.limit);
+                Err(GatewayError::LimitReached(refusal))
+            }
+        }
+    }
+
+    /// Redis cannot be reached: the tenant's `on_store_error` decides.
+    fn store_error(
+        &self,
+        tenant: &Tenant,
+        principal: &Principal,
+        gate: &Gate,
+        call: Call<'_>,
+        error: &crate::session::StoreError,
+    ) -> Result<Option<Permit>, GatewayError> {
+        let policy = tenant.config.limits.on_store_error;
+        if self.store_warning_due() {
+            let outcome = match policy {
+                StoreErrorPolicy::Open => "let through uncounted (on_store_error: open)",
+                StoreErrorPolicy::Closed => "refused with 503 (on_store_error: closed)",
+            };
+            tracing::warn!(tenant = %tenant.name, upstream = %gate.upstream, error = %error, "calls in flight cannot be counted: Redis is unavailable; calls are {outcome} (this warning repeats at most every {STORE_WARNING_EVERY} s)");
+        }
+        match policy {
+            // Counted in `switchyard_redis_errors_total{op="limit_gates"}` by `Redis::run`.
+            StoreErrorPolicy::Open => Ok(None),
+            StoreErrorPolicy::Closed => {
+                crate::metrics::get()
+                    .limit_refusals
+                    .with_label_values(&[&*tenant.name, "store_error"])
+                    .inc();
+                audit(principal, gate, call, "store_error");
+                Err(GatewayError::StoreUnavailable)
+            }
+        }
+    }
+
+    /// Whether a store warning may be logged now (if so, it is recorded).
+    fn store_warning_due(&self) -> bool {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let last = self.last_store_warning.load(Ordering::Relaxed);
+        now >= last + STORE_WARNING_EVERY
+            && self
+                .last_store_warning
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
+fn refusal(gate: &Gate, why: Refused) -> LimitRefusal {
+    let s = gate.settings();
+    let what = match why {
+        Refused::QueueFull => format!(
+            "{} calls in flight at upstream {} and {} waiting (concurrency[{}]: max_in_flight {}, queue {})",
+            s.max_in_flight, gate.upstream, s.queue, s.index, s.max_in_flight, s.queue
+        ),
+        Refused::TimedOut => format!(
+            "no free slot at upstream {} within {} ms (concurrency[{}]: max_in_flight {})",
+            gate.upstream,
+            s.queue_timeout.as_millis(),
+            s.index,
+            s.max_in_flight
+        ),
+    };
+    LimitRefusal {
+        limit: format!("concurrency[{}]", s.index),
+        what,
+        retry_after: RETRY_AFTER,
+    }
+}
+
+/// A refused `tools/call`, logged like every tool call (`switchyard::audit`).
+fn audit(principal: &Principal, gate: &Gate, call: Call<'_>, limit: &str) {
+    let tool = match call {
+        Call::Tool(t) => std::borrow::Cow::Borrowed(t),
+        Call::ToolIn(params) => params
+            .and_then(|p| {
+                RawObject::parse(p)
+                    .ok()?
+                    .get_str("name")
+                    .map(|n| n.into_owned().into())
+            })
+            .unwrap_or(std::borrow::Cow::Borrowed("-")),
+        Call::Other => return,
+    };
+    tracing::info!(
+        target: "switchyard::audit",
+        tenant = %gate.tenant,
+        user = %principal.user,
+        tool = %tool,
+        upstream = %gate.upstream,
+        outcome = "limited",
+        limit = %limit,
+        duration_ms = 0u64,
+        "tool call"
+    );
+}
