@@ -12,6 +12,7 @@
 //! - `concurrency`: calls in flight at an upstream, with a bounded queue.
 
 pub mod concurrency;
+mod outcome;
 pub mod rate;
 pub mod sessions;
 

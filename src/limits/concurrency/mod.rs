@@ -13,8 +13,7 @@ mod gate;
 mod leases;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_json::value::RawValue;
 use tokio::sync::OwnedSemaphorePermit;
@@ -23,9 +22,10 @@ pub use gate::Gate;
 use gate::Refused;
 use leases::{Lease, Leases};
 
+use super::outcome::{StoreErrors, counted};
 use crate::auth::Principal;
 use crate::cluster::Redis;
-use crate::config::{ConcurrencyLimit, StoreErrorPolicy, glob};
+use crate::config::{ConcurrencyLimit, glob};
 use crate::error::{GatewayError, LimitRefusal};
 use crate::jsonrpc::RawObject;
 use crate::tenant::Tenant;
@@ -33,15 +33,12 @@ use crate::upstream::{Upstream, UpstreamId};
 
 /// What a refused call is told to wait before trying again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
-/// How often, at most, a Redis failure under `on_store_error` is logged.
-const STORE_WARNING_EVERY: u64 = 10;
 
 /// The upstreams' gates: slots leased in Redis when the store is, else in the process.
 pub struct Gates {
     // Boxed: a Redis handle is large, and there is one `Gates` per process.
     leases: Option<Box<Leases>>,
-    /// Unix seconds of the last warning about Redis.
-    last_store_warning: AtomicU64,
+    store_errors: StoreErrors,
 }
 
 /// The gated upstreams of one loaded tenant, each with its gate (kept across reloads by
@@ -125,7 +122,7 @@ impl Gates {
     pub fn new(redis: Option<Redis>) -> Gates {
         Gates {
             leases: redis.map(|r| Box::new(Leases::new(r))),
-            last_store_warning: AtomicU64::new(0),
+            store_errors: StoreErrors::default(),
         }
     }
 
@@ -165,11 +162,7 @@ impl Gates {
         match taken {
             Ok(held) => Ok(Some(Permit(Box::new(held)))),
             Err(why) => {
-                let refusal = refusal(gate, why);
-                crate::metrics::get()
-                    .limit_refusals
-                    .with_label_values(&[&*tenant.name, refusal.limit.as_str()])
-                    .inc();
+                let refusal = counted(&tenant.name, refusal(gate, why));
                 audit(principal, gate, call, &refusal.limit);
                 Err(GatewayError::LimitReached(refusal))
             }
@@ -185,39 +178,20 @@ impl Gates {
         call: Call<'_>,
         error: &crate::session::StoreError,
     ) -> Result<Option<Permit>, GatewayError> {
-        let policy = tenant.config.limits.on_store_error;
-        if self.store_warning_due() {
-            let outcome = match policy {
-                StoreErrorPolicy::Open => "let through uncounted (on_store_error: open)",
-                StoreErrorPolicy::Closed => "refused with 503 (on_store_error: closed)",
-            };
-            tracing::warn!(tenant = %tenant.name, upstream = %gate.upstream, error = %error, "calls in flight cannot be counted: Redis is unavailable; calls are {outcome} (this warning repeats at most every {STORE_WARNING_EVERY} s)");
-        }
-        match policy {
-            // Counted in `switchyard_redis_errors_total{op="limit_gates"}` by `Redis::run`.
-            StoreErrorPolicy::Open => Ok(None),
-            StoreErrorPolicy::Closed => {
-                crate::metrics::get()
-                    .limit_refusals
-                    .with_label_values(&[&*tenant.name, "store_error"])
-                    .inc();
+        let what = format_args!(
+            "calls in flight at upstream {} cannot be counted",
+            gate.upstream
+        );
+        match self
+            .store_errors
+            .decide(tenant, error, what, "calls are let through uncounted")
+        {
+            Ok(()) => Ok(None),
+            Err(e) => {
                 audit(principal, gate, call, "store_error");
-                Err(GatewayError::StoreUnavailable)
+                Err(e)
             }
         }
-    }
-
-    /// Whether a store warning may be logged now (if so, it is recorded).
-    fn store_warning_due(&self) -> bool {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let last = self.last_store_warning.load(Ordering::Relaxed);
-        now >= last + STORE_WARNING_EVERY
-            && self
-                .last_store_warning
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
     }
 }
 

@@ -11,28 +11,23 @@ mod local;
 mod refused;
 mod shared;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bucket::{BucketCheck, Charge, LimitName, MICROS, Period, QuotaCheck, Verdict, Window};
 use local::LocalRates;
 use shared::SharedRates;
 
+use super::outcome::{StoreErrors, counted};
 use crate::auth::Principal;
 use crate::cluster::Redis;
-use crate::config::{Rate, Scope, StoreErrorPolicy, TenantLimits, glob};
+use crate::config::{Rate, Scope, TenantLimits, glob};
 use crate::error::{GatewayError, LimitRefusal};
-use crate::session::StoreError;
 use crate::tenant::Tenant;
-
-/// How often, at most, a Redis failure under `on_store_error` is logged.
-const STORE_WARNING_EVERY: u64 = 10;
 
 /// The buckets and quota counters: in Redis when the store is, else in the process.
 pub struct Rates {
     backend: Backend,
-    /// Unix seconds of the last warning about Redis (at most one per `STORE_WARNING_EVERY`).
-    last_store_warning: AtomicU64,
+    store_errors: StoreErrors,
 }
 
 enum Backend {
@@ -48,7 +43,7 @@ impl Rates {
                 Some(r) => Backend::Shared(Box::new(SharedRates::new(r))),
                 None => Backend::Local(LocalRates::default()),
             },
-            last_store_warning: AtomicU64::new(0),
+            store_errors: StoreErrors::default(),
         }
     }
 
@@ -96,7 +91,10 @@ impl Rates {
             let Some(rate) = rate else { continue };
             if requests > rate.burst {
                 let refusal = oversized(limits, limit, &rate, requests);
-                return Err(GatewayError::TooManyRequests(refused(tenant, refusal)));
+                return Err(GatewayError::TooManyRequests(counted(
+                    &tenant.name,
+                    refusal,
+                )));
             }
             list[n] = BucketCheck {
                 limit,
@@ -111,7 +109,10 @@ impl Rates {
             Verdict::Allowed => Ok(()),
             Verdict::Refused { bucket, quota } => {
                 let refusal = describe(limits, &list[..n], &[], bucket, quota, now);
-                Err(GatewayError::TooManyRequests(refused(tenant, refusal)))
+                Err(GatewayError::TooManyRequests(counted(
+                    &tenant.name,
+                    refusal,
+                )))
             }
         }
     }
@@ -167,7 +168,7 @@ impl Rates {
             Ok(Verdict::Refused { bucket, quota }) => {
                 let refusal = describe(limits, &buckets, &quotas, bucket, quota, now);
                 audit(tenant, principal, upstream, tool, &refusal.limit);
-                return Err(GatewayError::LimitReached(refused(tenant, refusal)));
+                return Err(GatewayError::LimitReached(counted(&tenant.name, refusal)));
             }
             Err(e) => e,
         };
@@ -191,59 +192,14 @@ impl Rates {
                 Err(e) => e,
             },
         };
-        let policy = tenant.config.limits.on_store_error;
-        self.warn_store_error(tenant, &error, policy, now / MICROS);
-        match policy {
-            // Counted in `switchyard_redis_errors_total{op="limit_rates"}` by `Redis::run`.
-            StoreErrorPolicy::Open => Ok(Verdict::Allowed),
-            StoreErrorPolicy::Closed => {
-                crate::metrics::get()
-                    .limit_refusals
-                    .with_label_values(&[&tenant.name, "store_error"])
-                    .inc();
-                Err(GatewayError::StoreUnavailable)
-            }
-        }
+        self.store_errors.decide(
+            tenant,
+            &error,
+            format_args!("rate limits cannot be checked"),
+            "requests are let through unchecked",
+        )?;
+        Ok(Verdict::Allowed)
     }
-
-    /// Logs a Redis failure of a check, at most once per `STORE_WARNING_EVERY` seconds.
-    fn warn_store_error(
-        &self,
-        tenant: &Tenant,
-        error: &StoreError,
-        policy: StoreErrorPolicy,
-        now: u64,
-    ) {
-        if !self.store_warning_due(now) {
-            return;
-        }
-        let outcome = match policy {
-            StoreErrorPolicy::Open => "let through unchecked (on_store_error: open)",
-            StoreErrorPolicy::Closed => "refused with 503 (on_store_error: closed)",
-        };
-        tracing::warn!(tenant = %tenant.name, error = %error, "rate limits cannot be checked: Redis is unavailable; requests are {outcome} (this warning repeats at most every {STORE_WARNING_EVERY} s)");
-    }
-}
-
-impl Rates {
-    /// Whether a store warning may be logged at `now` (Unix seconds); if so, it is recorded.
-    fn store_warning_due(&self, now: u64) -> bool {
-        let last = self.last_store_warning.load(Ordering::Relaxed);
-        now >= last + STORE_WARNING_EVERY
-            && self
-                .last_store_warning
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-    }
-}
-
-/// Counts a refusal in `switchyard_limit_refusals_total` and hands it on.
-fn refused(tenant: &Tenant, refusal: LimitRefusal) -> LimitRefusal {
-    crate::metrics::get()
-        .limit_refusals
-        .with_label_values(&[&*tenant.name, refusal.limit.as_str()])
-        .inc();
-    refusal
 }
 
 /// A refused `tools/call`, logged like every tool call (`switchyard::audit`).

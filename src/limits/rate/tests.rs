@@ -124,13 +124,3 @@ fn only_tenants_with_call_limits_or_quotas_have_their_calls_counted() {
     };
     assert!(Rates::limits_calls(&quota_only));
 }
-
-#[test]
-fn redis_failures_are_logged_at_most_once_per_ten_seconds() {
-    let rates = Rates::new(None);
-    assert!(rates.store_warning_due(1_000));
-    assert!(!rates.store_warning_due(1_000));
-    assert!(!rates.store_warning_due(1_009));
-    assert!(rates.store_warning_due(1_010));
-    assert!(!rates.store_warning_due(1_011));
-}

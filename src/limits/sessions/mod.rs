@@ -13,16 +13,15 @@ mod processes;
 mod shared;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 pub use in_flight::{InFlight, InFlightGuard};
 use local::LocalSessions;
 pub use processes::{ProcessCap, ProcessPermit, ProcessSource, Processes};
 use shared::{Op, SharedSessions};
 
+use super::outcome::{StoreErrors, counted as counted_refusal};
 use crate::cluster::Redis;
-use crate::config::StoreErrorPolicy;
 use crate::error::{GatewayError, LimitRefusal};
 use crate::session::{LiveSession, StoreError};
 use crate::tenant::Tenant;
@@ -32,16 +31,13 @@ use crate::tenant::Tenant;
 pub const SESSION_RETRY_AFTER: Duration = Duration::from_secs(5);
 /// What a request beyond `in_flight_per_session` is told to wait.
 const IN_FLIGHT_RETRY_AFTER: Duration = Duration::from_secs(1);
-/// How often, at most, a Redis failure of the session counts is logged.
-const STORE_WARNING_EVERY: u64 = 10;
 
 /// The session counters: in Redis when the store is, else in the process; the per-session
 /// process counters of this replica.
 pub struct SessionCaps {
     backend: Backend,
     pub processes: Arc<Processes>,
-    /// Unix seconds of the last warning about Redis.
-    last_store_warning: AtomicU64,
+    store_errors: StoreErrors,
 }
 
 enum Backend {
@@ -76,7 +72,7 @@ impl SessionCaps {
                 None => Backend::Local(LocalSessions::default()),
             },
             processes: Arc::new(Processes::new(max_session_processes)),
-            last_store_warning: AtomicU64::new(0),
+            store_errors: StoreErrors::default(),
         }
     }
 
@@ -106,7 +102,14 @@ impl SessionCaps {
                 };
                 match shared.run(&counted, op, ttl).await {
                     Ok(outcome) => outcome,
-                    Err(e) => return self.on_store_error(tenant, &e),
+                    Err(e) => {
+                        return self.store_errors.decide(
+                            tenant,
+                            &e,
+                            format_args!("live sessions cannot be counted"),
+                            "new sessions are opened uncounted",
+                        );
+                    }
                 }
             }
         };
@@ -129,7 +132,7 @@ impl SessionCaps {
                 retry_after: SESSION_RETRY_AFTER,
             },
         };
-        Err(GatewayError::TooManyRequests(refused(
+        Err(GatewayError::TooManyRequests(counted_refusal(
             &tenant.name,
             refusal,
         )))
@@ -192,46 +195,12 @@ impl SessionCaps {
         match outcome {
             Ok(Outcome::Counted { sessions }) => usage(&session.key.tenant, sessions),
             Ok(_) => {}
-            Err(e) => {
-                if self.store_warning_due() {
-                    tracing::warn!(tenant = %session.key.tenant, error = %e, "a session's count was not {what}: Redis is unavailable (its entry lapses with the session's time-to-live; this warning repeats at most every {STORE_WARNING_EVERY} s)");
-                }
-            }
+            Err(e) => self.store_errors.note(
+                &session.key.tenant,
+                &e,
+                format_args!("a session's count was not {what} (its entry lapses with the session's time-to-live)"),
+            ),
         }
-    }
-
-    /// A Redis failure at admission: let through (`open`) or 503 (`closed`).
-    fn on_store_error(&self, tenant: &Tenant, error: &StoreError) -> Result<(), GatewayError> {
-        let policy = tenant.config.limits.on_store_error;
-        if self.store_warning_due() {
-            let outcome = match policy {
-                StoreErrorPolicy::Open => "opened uncounted (on_store_error: open)",
-                StoreErrorPolicy::Closed => "refused with 503 (on_store_error: closed)",
-            };
-            tracing::warn!(tenant = %tenant.name, error = %error, "live sessions cannot be counted: Redis is unavailable; new sessions are {outcome} (this warning repeats at most every {STORE_WARNING_EVERY} s)");
-        }
-        match policy {
-            StoreErrorPolicy::Open => Ok(()),
-            StoreErrorPolicy::Closed => {
-                crate::metrics::get()
-                    .limit_refusals
-                    .with_label_values(&[&tenant.name, "store_error"])
-                    .inc();
-                Err(GatewayError::StoreUnavailable)
-            }
-        }
-    }
-
-    fn store_warning_due(&self) -> bool {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let last = self.last_store_warning.load(Ordering::Relaxed);
-        now >= last + STORE_WARNING_EVERY
-            && self
-                .last_store_warning
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
     }
 }
 
@@ -243,7 +212,7 @@ pub fn enter_request(
 ) -> Result<InFlightGuard, GatewayError> {
     let max = tenant.config.limits.in_flight_per_session;
     session.in_flight.enter(max).ok_or_else(|| {
-        GatewayError::LimitReached(refused(
+        GatewayError::LimitReached(counted_refusal(
             &tenant.name,
             LimitRefusal {
                 limit: "in_flight_per_session".into(),
@@ -273,7 +242,7 @@ pub fn process_refusal(tenant: &str, cap: ProcessCap) -> LimitRefusal {
         ProcessCap::Total(n) => format!("{n} per-session processes on this gateway"),
         ProcessCap::Tenant(n) => format!("{n} per-session processes of the tenant"),
     };
-    refused(
+    counted_refusal(
         tenant,
         LimitRefusal {
             limit: "session_processes".into(),
@@ -297,13 +266,4 @@ fn usage(tenant: &str, sessions: u64) {
         .limit_usage
         .with_label_values(&[tenant, "sessions"])
         .set(i64::try_from(sessions).unwrap_or(i64::MAX));
-}
-
-/// Counts a refusal in `switchyard_limit_refusals_total` and hands it on.
-fn refused(tenant: &str, refusal: LimitRefusal) -> LimitRefusal {
-    crate::metrics::get()
-        .limit_refusals
-        .with_label_values(&[tenant, refusal.limit.as_str()])
-        .inc();
-    refusal
 }
