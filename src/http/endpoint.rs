@@ -200,6 +200,27 @@ pub(super) fn describe(span: &tracing::Span, parts: &Parts, message: &Message<'_
     method.map_or("response", crate::protocol::Method::label)
 }
 
+/// Request rates (`Rates::check_request`), charged after authentication and before a session
+/// is looked up or created, on every transport: the refusal to send (429 with the request's
+/// id), or `None` to go on. Notifications and responses are not charged.
+pub(super) async fn refused_by_rates(
+    gateway: &Gateway,
+    tenant: &Tenant,
+    principal: &Principal,
+    message: &Message<'_>,
+) -> Option<Response<Body>> {
+    let Message::Request(req) = message else {
+        return None;
+    };
+    let refusal = gateway
+        .limiter
+        .rates
+        .check_request(tenant, principal, 1)
+        .await
+        .err()?;
+    Some(refusal.into_response(Some(req.id)))
+}
+
 /// Handles one parsed client message (inside its request span).
 async fn dispatch(
     gateway: &Gateway,
@@ -212,14 +233,8 @@ async fn dispatch(
     let user = &*principal.user;
 
     // Request rates: after authentication, before a session is looked up or created.
-    if let Message::Request(req) = &message
-        && let Err(e) = gateway
-            .limiter
-            .rates
-            .check_request(tenant, principal, 1)
-            .await
-    {
-        return Ok(e.into_response(Some(req.id)));
+    if let Some(refused) = refused_by_rates(gateway, tenant, principal, &message).await {
+        return Ok(refused);
     }
 
     // The stateless revision: no session, every request stands alone.

@@ -246,14 +246,8 @@ async fn dispatch(
     message: Message<'_>,
 ) -> Result<Response<Body>, GatewayError> {
     // Request rates: after authentication, before the session is looked up or created.
-    if let Message::Request(req) = &message
-        && let Err(e) = gateway
-            .limiter
-            .rates
-            .check_request(tenant, principal, 1)
-            .await
-    {
-        return Ok(e.into_response(Some(req.id)));
+    if let Some(refused) = endpoint::refused_by_rates(gateway, tenant, principal, &message).await {
+        return Ok(refused);
     }
     let session = match gateway
         .find_session(tenant, &principal.user, presented)
