@@ -77,16 +77,7 @@ pub async fn handle_request(
         )),
         _ if tenant.is_transparent() => {
             let upstream = &tenant.upstreams[0];
-            forward(
-                session,
-                upstream,
-                &req.method,
-                req.params,
-                req.id,
-                None,
-                None,
-            )
-            .await
+            pass_through(session, upstream, req).await
         }
         _ => Err(GatewayError::MethodNotFound(req.method.to_string())),
     }
@@ -285,6 +276,25 @@ pub async fn ensure_link(
     }
     session.set_link(id, conn.clone(), owned, permit);
     Ok(conn)
+}
+
+/// Transparent mode's untouched request: to the one upstream, nothing renamed, no URIs to
+/// namespace, no slot to take.
+async fn pass_through(
+    session: &Arc<LiveSession>,
+    upstream: &Arc<Upstream>,
+    req: &Request<'_>,
+) -> Result<Reply, GatewayError> {
+    forward(
+        session,
+        upstream,
+        &req.method,
+        req.params,
+        req.id,
+        None,
+        None,
+    )
+    .await
 }
 
 /// Forwards a request to `upstream` as is (params possibly edited by the caller). `shape` says
@@ -684,16 +694,7 @@ async fn route_completion(
 ) -> Result<Reply, GatewayError> {
     if tenant.is_transparent() {
         let upstream = &tenant.upstreams[0];
-        return forward(
-            session,
-            upstream,
-            &req.method,
-            req.params,
-            req.id,
-            None,
-            None,
-        )
-        .await;
+        return pass_through(session, upstream, req).await;
     }
     let mut params = params_object(req)?;
     let mut reference = params
@@ -758,16 +759,7 @@ async fn set_level_everywhere(
     if tenant.is_transparent() {
         let upstream = &tenant.upstreams[0];
         if !ensure_link(session, upstream).await?.is_stateless() {
-            return forward(
-                session,
-                upstream,
-                &req.method,
-                req.params,
-                req.id,
-                None,
-                None,
-            )
-            .await;
+            return pass_through(session, upstream, req).await;
         }
     }
     let calls = tenant.upstreams.iter().map(|u| async move {

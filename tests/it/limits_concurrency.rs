@@ -18,6 +18,7 @@ use crate::support::TempDir;
 use crate::support::client::{RawClient, Reply};
 use crate::support::config::{config, http, tenant, upstream};
 use crate::support::gateway::TestGateway;
+use crate::support::limits::refusals;
 use crate::support::process::GatewayProcess;
 use crate::support::redis::RedisServer;
 
@@ -246,14 +247,6 @@ fn is_refusal(r: &Reply) -> bool {
     assert_eq!(error["data"]["limit"], "concurrency[0]", "{r:?}");
     assert_eq!(error["data"]["retryAfterSeconds"], 1, "{r:?}");
     true
-}
-
-/// `switchyard_limit_refusals_total{tenant, limit}` in this process.
-fn refusals(tenant: &str, limit: &str) -> u64 {
-    switchyard::metrics::get()
-        .limit_refusals
-        .with_label_values(&[tenant, limit])
-        .get()
 }
 
 #[tokio::test]

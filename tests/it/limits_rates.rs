@@ -20,6 +20,7 @@ use crate::support::TempDir;
 use crate::support::client::{ACCEPT_BOTH, Reply, into_reply};
 use crate::support::config::{config, demo_stdio, gateway_exe, http, tenant, upstream};
 use crate::support::gateway::TestGateway;
+use crate::support::limits::{assert_refused_before_session, assert_refused_in_session, refusals};
 use crate::support::peers::{HttpPeer, free_port};
 use crate::support::process::GatewayProcess;
 use crate::support::redis::RedisServer;
@@ -143,48 +144,11 @@ impl Client {
     }
 }
 
-/// A 429 naming `limit`, with `Retry-After` equal to `data.retryAfterSeconds` and within
-/// `1..=max_wait`; returns the wait.
-fn assert_refused_before_session(r: &Reply, limit: &str, max_wait: u64) -> u64 {
-    assert_eq!(r.status, 429, "{r:?}");
-    let header: u64 = r
-        .header("retry-after")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("429 without a numeric Retry-After: {r:?}"));
-    let error = &r.last()["error"];
-    assert_eq!(error["code"], -32029, "{r:?}");
-    assert_eq!(error["data"]["limit"], limit, "{r:?}");
-    assert_eq!(error["data"]["retryAfterSeconds"], header, "{r:?}");
-    assert!((1..=max_wait).contains(&header), "Retry-After {header}");
-    header
-}
-
-/// A JSON-RPC `-32029` answered with HTTP 200 inside the session, naming `limit`.
-fn assert_refused_in_session(r: &Reply, limit: &str) -> u64 {
-    assert_eq!(r.status, 200, "{r:?}");
-    let error = &r.last()["error"];
-    assert_eq!(error["code"], -32029, "{r:?}");
-    assert_eq!(error["data"]["limit"], limit, "{r:?}");
-    let wait = error["data"]["retryAfterSeconds"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no retryAfterSeconds: {r:?}"));
-    assert!(wait >= 1, "{r:?}");
-    wait
-}
-
 fn text_of(r: &Reply) -> String {
     r.last()["result"]["content"][0]["text"]
         .as_str()
         .unwrap_or_else(|| panic!("no tool result in {r:?}"))
         .to_owned()
-}
-
-/// `switchyard_limit_refusals_total{tenant, limit}` in this process.
-fn refusals(tenant: &str, limit: &str) -> u64 {
-    switchyard::metrics::get()
-        .limit_refusals
-        .with_label_values(&[tenant, limit])
-        .get()
 }
 
 #[tokio::test]

@@ -19,6 +19,7 @@ use crate::support::client::{ACCEPT_BOTH, RawClient, Reply, into_reply};
 use crate::support::config::{config, demo_stdio, gateway_exe, tenant, upstream};
 use crate::support::gateway::TestGateway;
 use crate::support::legacy::LegacyClient;
+use crate::support::limits::{assert_refused_before_session, refusals};
 use crate::support::process::GatewayProcess;
 use crate::support::redis::RedisServer;
 use crate::support::{TempDir, eventually, process_alive, process_gone, read_trace};
@@ -94,28 +95,6 @@ async fn session_on(
     Ok(c)
 }
 
-/// A 429 naming `limit` with `Retry-After` = `data.retryAfterSeconds`, a few seconds.
-fn assert_refused(r: &Reply, limit: &str) {
-    assert_eq!(r.status, 429, "{r:?}");
-    let header: u64 = r
-        .header("retry-after")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("429 without a numeric Retry-After: {r:?}"));
-    let error = &r.last()["error"];
-    assert_eq!(error["code"], -32029, "{r:?}");
-    assert_eq!(error["data"]["limit"], limit, "{r:?}");
-    assert_eq!(error["data"]["retryAfterSeconds"], header, "{r:?}");
-    assert!((1..=10).contains(&header), "Retry-After {header}");
-}
-
-/// `switchyard_limit_refusals_total{tenant, limit}` in this process.
-fn refusals(tenant: &str, limit: &str) -> u64 {
-    switchyard::metrics::get()
-        .limit_refusals
-        .with_label_values(&[tenant, limit])
-        .get()
-}
-
 /// The processes whose parent is `pid` (from `/proc/<n>/stat`).
 fn children_of(pid: u32) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -184,7 +163,7 @@ async fn one_client_flooding_initialize_gets_100_sessions_then_429_and_children_
         match r.status {
             200 => opened.push(r.header("mcp-session-id").expect("session id").to_owned()),
             _ => {
-                assert_refused(&r, "sessions_per_user");
+                assert_refused_before_session(&r, "sessions_per_user", 10);
                 refused += 1;
             }
         }
@@ -206,7 +185,7 @@ async fn one_client_flooding_initialize_gets_100_sessions_then_429_and_children_
     assert_eq!(children_of(gw.pid()).len(), 101);
     // And the flooding client is still refused.
     let again = initialize(&http, &url, "198.51.100.7", "2025-11-25").await;
-    assert_refused(&again, "sessions_per_user");
+    assert_refused_before_session(&again, "sessions_per_user", 10);
     assert_eq!(children_of(gw.pid()).len(), 101, "a refusal spawns nothing");
     gw.stop().await;
 }
@@ -240,7 +219,7 @@ async fn two_replicas_on_one_redis_hold_one_session_count() {
             .await
             .err()
             .expect("refused");
-        assert_refused(&r, "sessions_per_user");
+        assert_refused_before_session(&r, "sessions_per_user", 10);
     }
     assert_eq!(refusals("s2", "sessions_per_user") - before, 2);
 
@@ -252,7 +231,7 @@ async fn two_replicas_on_one_redis_hold_one_session_count() {
         .await
         .err()
         .expect("refused");
-    assert_refused(&r, "sessions");
+    assert_refused_before_session(&r, "sessions", 10);
 
     // One of alice's sessions ends on the replica that did not open it: room again.
     let mut gone = alice.remove(0);
@@ -266,7 +245,7 @@ async fn two_replicas_on_one_redis_hold_one_session_count() {
         .await
         .err()
         .expect("refused");
-    assert_refused(&r, "sessions_per_user");
+    assert_refused_before_session(&r, "sessions_per_user", 10);
     // The sessions that were kept work.
     for c in alice.iter().chain([&replacement]) {
         assert_eq!(c.request("ping", json!({})).await.status, 200);
@@ -324,7 +303,7 @@ async fn a_session_without_initialized_is_closed_at_the_handshake_deadline() {
         .await
         .err()
         .expect("refused");
-    assert_refused(&r, "sessions_per_user");
+    assert_refused_before_session(&r, "sessions_per_user", 10);
 
     assert!(
         eventually(Duration::from_secs(15), || process_gone(silent_pid)).await,
@@ -372,7 +351,7 @@ async fn the_process_wide_cap_refuses_the_fourth_per_session_process() {
         .await
         .err()
         .expect("refused");
-    assert_refused(&r, "session_processes");
+    assert_refused_before_session(&r, "session_processes", 10);
     assert_eq!(children_of(gw.pid()).len(), 3, "no fourth process");
 
     let first = clients.remove(0);
@@ -522,7 +501,7 @@ async fn a_reload_changes_sessions_per_user_and_keeps_open_sessions() {
         .await
         .err()
         .expect("refused");
-    assert_refused(&r, "sessions_per_user");
+    assert_refused_before_session(&r, "sessions_per_user", 10);
 
     gw.gateway.apply(&with(3)).await.expect("reload applies");
     open.push(session(&url, "192.0.2.50", true).await.expect("within 3"));
@@ -530,7 +509,7 @@ async fn a_reload_changes_sessions_per_user_and_keeps_open_sessions() {
         .await
         .err()
         .expect("refused");
-    assert_refused(&r, "sessions_per_user");
+    assert_refused_before_session(&r, "sessions_per_user", 10);
 
     gw.gateway.apply(&with(1)).await.expect("reload applies");
     for c in &open {
@@ -543,7 +522,7 @@ async fn a_reload_changes_sessions_per_user_and_keeps_open_sessions() {
         .await
         .err()
         .expect("refused");
-    assert_refused(&r, "sessions_per_user");
+    assert_refused_before_session(&r, "sessions_per_user", 10);
     // Another client has its own budget under the new limit.
     session(&url, "192.0.2.51", true)
         .await
@@ -634,6 +613,6 @@ async fn stateless_requests_count_no_sessions() {
         .await
         .err()
         .expect("refused");
-    assert_refused(&r, "sessions_per_user");
+    assert_refused_before_session(&r, "sessions_per_user", 10);
     gw.stop().await;
 }

@@ -10,6 +10,7 @@ pub mod h2raw;
 pub mod jws;
 pub mod key_server;
 pub mod legacy;
+pub mod limits;
 pub mod oidc;
 pub mod otlp;
 pub mod peers;
