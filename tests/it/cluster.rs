@@ -11,7 +11,7 @@ use switchyard::config::{
     Config, Secret, StdioSharing, StoreConfig, TenantConfig, UpstreamTransport,
 };
 
-use crate::support::client::{RawClient, Reply};
+use crate::support::client::{self, RawClient};
 use crate::support::config::{config, gateway_exe, http, tenant, upstream};
 use crate::support::gateway::TestGateway;
 use crate::support::oidc::OidcProvider;
@@ -53,13 +53,6 @@ fn on(gw: &TestGateway, tenant: &str, from: &RawClient) -> RawClient {
     c.protocol_version = from.protocol_version.clone();
     c.bearer = from.bearer.clone();
     c
-}
-
-fn text(r: &Reply) -> String {
-    r.last()["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no text result in {:?}", r.last()))
-        .to_owned()
 }
 
 #[tokio::test]
@@ -161,7 +154,7 @@ async fn three_replicas_continue_one_upstream_session_and_delete_ends_it_everywh
             let msg = format!("round {round} via replica {i}");
             let r = c.call_tool("echo", json!({"message": msg})).await;
             assert_eq!(r.status, 200, "{r:?}");
-            assert_eq!(text(&r), msg);
+            assert_eq!(client::text(r.last()), msg);
         }
     }
     // One upstream session served all nine calls: one initialize, and every call carried the
@@ -402,7 +395,7 @@ async fn a_stolen_session_id_is_404_on_every_replica_and_logged() {
     // Alice's session survived every attempt, and her tool call is audited.
     assert_eq!(alice.request("ping", json!({})).await.status, 200);
     let r = alice.call_tool("echo", json!({"message": "audited"})).await;
-    assert_eq!(text(&r), "audited");
+    assert_eq!(client::text(r.last()), "audited");
     assert_eq!(alice_b.request("ping", json!({})).await.status, 200);
 
     let logs = b.stop().await + &a.stop().await;
@@ -504,7 +497,7 @@ async fn redis_killed_and_restarted_mid_session() {
     assert_eq!(ready(&gws[1]).await, 503);
     // Replica A still holds the live session and keeps serving it.
     let r = c.call_tool("echo", json!({"message": "live"})).await;
-    assert_eq!(text(&r), "live");
+    assert_eq!(client::text(r.last()), "live");
 
     redis.restart().await;
     let mut recovered = false;
@@ -522,7 +515,7 @@ async fn redis_killed_and_restarted_mid_session() {
     // Nothing was lost: replica B now serves the session created before the crash.
     let r = on_b.call_tool("echo", json!({"message": "after"})).await;
     assert_eq!(r.status, 200, "{r:?}");
-    assert_eq!(text(&r), "after");
+    assert_eq!(client::text(r.last()), "after");
     fresh.initialize().await;
     assert_eq!(fresh.request("ping", json!({})).await.status, 200);
     for gw in gws {

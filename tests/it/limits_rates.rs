@@ -17,7 +17,7 @@ use switchyard::config::{
 
 use crate::cluster::{clustered, replicas};
 use crate::support::TempDir;
-use crate::support::client::{ACCEPT_BOTH, Reply, into_reply};
+use crate::support::client::{self, ACCEPT_BOTH, Reply, into_reply};
 use crate::support::config::{config, demo_stdio, gateway_exe, http, tenant, upstream};
 use crate::support::gateway::TestGateway;
 use crate::support::limits::{assert_refused_before_session, assert_refused_in_session, refusals};
@@ -144,13 +144,6 @@ impl Client {
     }
 }
 
-fn text_of(r: &Reply) -> String {
-    r.last()["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no tool result in {r:?}"))
-        .to_owned()
-}
-
 #[tokio::test]
 async fn a_per_user_rate_holds_once_across_two_replicas_on_one_redis() {
     let redis = RedisServer::start().await;
@@ -200,7 +193,7 @@ async fn a_per_user_rate_holds_once_across_two_replicas_on_one_redis() {
             .on(url.clone())
             .call("echo", json!({"message": "bob"}))
             .await;
-        assert_eq!(text_of(&r), "bob");
+        assert_eq!(client::text(r.last()), "bob");
     }
 
     // Concurrent requests racing on both replicas: still exactly the budget (one script per
@@ -296,7 +289,7 @@ async fn request_rates_on_the_memory_store_count_every_transport_before_the_sess
         let r = alice
             .call("echo", json!({"message": format!("m{i}")}))
             .await;
-        assert_eq!(text_of(&r), format!("m{i}"));
+        assert_eq!(client::text(r.last()), format!("m{i}"));
     }
     let r = alice.request("ping", json!({})).await;
     assert_refused_before_session(&r, "requests_per_user", 720);
@@ -395,7 +388,7 @@ async fn call_limits_select_the_tool_itself_and_refusals_are_audited() {
         let r = alice
             .call("demo__echo", json!({"message": i.to_string()}))
             .await;
-        assert_eq!(text_of(&r), i.to_string());
+        assert_eq!(client::text(r.last()), i.to_string());
     }
     let r = alice.call("demo__echo", json!({"message": "4th"})).await;
     let wait = assert_refused_in_session(&r, "calls[0]");
@@ -410,19 +403,19 @@ async fn call_limits_select_the_tool_itself_and_refusals_are_audited() {
     let r = alice
         .call("other__echo", json!({"message": "other upstream"}))
         .await;
-    assert_eq!(text_of(&r), "other upstream");
+    assert_eq!(client::text(r.last()), "other upstream");
     assert_eq!(alice.request("ping", json!({})).await.status, 200);
     // Per user: bob has his own 3.
     for _ in 0..3 {
         let r = bob.call("demo__echo", json!({"message": "bob"})).await;
-        assert_eq!(text_of(&r), "bob");
+        assert_eq!(client::text(r.last()), "bob");
     }
 
     // calls[1]: `add` of any upstream, 2 per hour for the whole tenant.
     let r = alice.call("demo__add", json!({"a": 1, "b": 2})).await;
-    assert_eq!(text_of(&r), "3");
+    assert_eq!(client::text(r.last()), "3");
     let r = bob.call("other__add", json!({"a": 2, "b": 2})).await;
-    assert_eq!(text_of(&r), "4");
+    assert_eq!(client::text(r.last()), "4");
     let r = bob.call("demo__add", json!({"a": 1, "b": 1})).await;
     assert_refused_in_session(&r, "calls[1]");
     let r = alice.call("other__add", json!({"a": 1, "b": 1})).await;
@@ -488,7 +481,7 @@ async fn a_daily_quota_holds_across_replicas_and_ends_with_the_utc_day() {
         let mut c = alice.on(gws[i % 2].url("quota"));
         c.next_id = 10 + i as u64;
         let r = c.call("echo", json!({"message": "q"})).await;
-        assert_eq!(text_of(&r), "q", "call {i}");
+        assert_eq!(client::text(r.last()), "q", "call {i}");
     }
     let r = alice
         .on(gws[1].url("quota"))
@@ -505,7 +498,7 @@ async fn a_daily_quota_holds_across_replicas_and_ends_with_the_utc_day() {
     let mut bob = Client::new(gws[1].url("quota"), "203.0.113.31");
     bob.initialize().await;
     assert_eq!(
-        text_of(&bob.call("echo", json!({"message": "b"})).await),
+        client::text(bob.call("echo", json!({"message": "b"})).await.last()),
         "b"
     );
 
@@ -562,11 +555,11 @@ async fn redis_down_lets_requests_through_or_refuses_them_as_each_tenant_chose()
     open.initialize().await;
     closed.initialize().await;
     assert_eq!(
-        text_of(&open.call("echo", json!({"message": "a"})).await),
+        client::text(open.call("echo", json!({"message": "a"})).await.last()),
         "a"
     );
     assert_eq!(
-        text_of(&closed.call("echo", json!({"message": "b"})).await),
+        client::text(closed.call("echo", json!({"message": "b"})).await.last()),
         "b"
     );
 
@@ -575,7 +568,7 @@ async fn redis_down_lets_requests_through_or_refuses_them_as_each_tenant_chose()
     redis.kill().await;
     for i in 0..3 {
         let r = open.call("echo", json!({"message": format!("o{i}")})).await;
-        assert_eq!(text_of(&r), format!("o{i}"));
+        assert_eq!(client::text(r.last()), format!("o{i}"));
     }
     let before = refusals("se-closed", "store_error");
     let r = closed.call("echo", json!({"message": "refused"})).await;
@@ -594,7 +587,7 @@ async fn redis_down_lets_requests_through_or_refuses_them_as_each_tenant_chose()
     for _ in 0..60 {
         let r = closed.call("echo", json!({"message": "back"})).await;
         if r.status == 200 {
-            assert_eq!(text_of(&r), "back");
+            assert_eq!(client::text(r.last()), "back");
             recovered = true;
             break;
         }
@@ -649,7 +642,7 @@ async fn a_reload_changes_the_rate_and_keeps_both_the_session_and_what_it_used()
         let r = alice
             .call("echo", json!({"message": format!("r{i}")}))
             .await;
-        assert_eq!(text_of(&r), format!("r{i}"), "{r:?}");
+        assert_eq!(client::text(r.last()), format!("r{i}"), "{r:?}");
     }
     let r = alice.request("ping", json!({})).await;
     assert_refused_before_session(&r, "requests_per_user", 1200);

@@ -15,7 +15,7 @@ use switchyard::config::{Cidr, Config, StdioSharing, TenantConfig, TenantLimits}
 use switchyard::session::SessionId;
 
 use crate::cluster::{clustered, replicas};
-use crate::support::client::{ACCEPT_BOTH, RawClient, Reply, into_reply};
+use crate::support::client::{self, ACCEPT_BOTH, RawClient, Reply, into_reply};
 use crate::support::config::{config, demo_stdio, gateway_exe, tenant, upstream};
 use crate::support::gateway::TestGateway;
 use crate::support::legacy::LegacyClient;
@@ -124,13 +124,6 @@ async fn upstream_pid(c: &RawClient) -> u32 {
         .unwrap_or_else(|| panic!("no pid: {r:?}"))
 }
 
-fn text_of(r: &Reply) -> String {
-    r.last()["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no tool result in {r:?}"))
-        .to_owned()
-}
-
 /// The scenario with the default limit: one anonymous client sends 130 `initialize`
 /// to a tenant whose upstream is a per-session stdio server. 100 get a session, 30 get 429
 /// with `Retry-After`; the gateway never has more than 100 children; another client (another
@@ -179,7 +172,12 @@ async fn one_client_flooding_initialize_gets_100_sessions_then_429_and_children_
         .await
         .unwrap_or_else(|r| panic!("another client refused: {r:?}"));
     assert_eq!(
-        text_of(&other.call_tool("echo", json!({"message": "mine"})).await),
+        client::text(
+            other
+                .call_tool("echo", json!({"message": "mine"}))
+                .await
+                .last()
+        ),
         "mine"
     );
     assert_eq!(children_of(gw.pid()).len(), 101);
@@ -316,7 +314,12 @@ async fn a_session_without_initialized_is_closed_at_the_handshake_deadline() {
         .await
         .unwrap_or_else(|r| panic!("after the deadline: {r:?}"));
     assert_eq!(
-        text_of(&polite.call_tool("echo", json!({"message": "kept"})).await),
+        client::text(
+            polite
+                .call_tool("echo", json!({"message": "kept"}))
+                .await
+                .last()
+        ),
         "kept"
     );
     assert!(process_alive(polite_pid));
@@ -362,7 +365,12 @@ async fn the_process_wide_cap_refuses_the_fourth_per_session_process() {
         .await
         .unwrap_or_else(|r| panic!("after a DELETE: {r:?}"));
     assert_eq!(
-        text_of(&fourth.call_tool("echo", json!({"message": "in"})).await),
+        client::text(
+            fourth
+                .call_tool("echo", json!({"message": "in"}))
+                .await
+                .last()
+        ),
         "in"
     );
     assert_eq!(children_of(gw.pid()).len(), 3);
@@ -415,7 +423,11 @@ async fn a_third_concurrent_request_beyond_in_flight_per_session_gets_32029() {
     }
     assert_eq!(live_session.in_flight.count(), 0);
     assert_eq!(
-        text_of(&c.call_tool("echo", json!({"message": "later"})).await),
+        client::text(
+            c.call_tool("echo", json!({"message": "later"}))
+                .await
+                .last()
+        ),
         "later"
     );
     gw.stop().await;
@@ -514,7 +526,7 @@ async fn a_reload_changes_sessions_per_user_and_keeps_open_sessions() {
     gw.gateway.apply(&with(1)).await.expect("reload applies");
     for c in &open {
         assert_eq!(
-            text_of(&c.call_tool("echo", json!({"message": "kept"})).await),
+            client::text(c.call_tool("echo", json!({"message": "kept"})).await.last()),
             "kept"
         );
     }
@@ -606,7 +618,7 @@ async fn stateless_requests_count_no_sessions() {
             )
             .await;
         assert_eq!(r.status, 200, "{r:?}");
-        assert_eq!(text_of(&r), message);
+        assert_eq!(client::text(r.last()), message);
     }
     // Still one session for this client: a second one is refused, as before.
     let r = session(&url, "192.0.2.60", true)
