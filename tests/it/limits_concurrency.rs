@@ -18,7 +18,7 @@ use crate::support::TempDir;
 use crate::support::client::{RawClient, Reply};
 use crate::support::config::{config, http, tenant, upstream};
 use crate::support::gateway::TestGateway;
-use crate::support::limits::refusals;
+use crate::support::limits::{refusals, script_calls};
 use crate::support::process::GatewayProcess;
 use crate::support::redis::RedisServer;
 
@@ -556,6 +556,47 @@ async fn two_replicas_on_one_redis_hold_one_cap() {
     }
     let r = on(&clients[0]).call_tool("slow", json!({"ms": 10})).await;
     assert!(!is_refusal(&r), "the lapsed leases are dropped: {r:?}");
+}
+
+#[tokio::test]
+async fn a_busy_replica_takes_leases_in_blocks_and_gives_back_what_it_does_not_use() {
+    let redis = RedisServer::start().await;
+    let slow = SlowUpstream::start().await;
+    let cfg = clustered(
+        &redis,
+        "cb",
+        vec![gated("cc-blk", &slow, cap(1000, 0, Duration::from_secs(1)))],
+    );
+    let gws = replicas(&cfg, 2).await;
+    let clients = sessions(&[gws[0].url("cc-blk"), gws[1].url("cc-blk")], 2).await;
+    let mut conn = redis.conn().await;
+    let key = "cb:v1:lim:{cc-blk}:gate:slow";
+
+    // 100 calls one after another, alternating replicas: most slots come from each
+    // replica's pool, not from a script in Redis.
+    let scripts_before = script_calls(&mut conn).await;
+    for i in 0..100 {
+        let r = clients[i % 2].call_tool("slow", json!({"ms": 0})).await;
+        assert_eq!(r.last()["result"]["content"][0]["text"], "slept", "{r:?}");
+    }
+    let scripts = script_calls(&mut conn).await - scripts_before;
+    assert!(scripts <= 30, "100 calls ran {scripts} scripts in Redis");
+    assert_eq!(slow.idle().await.served, 100);
+
+    // Idle, the pools give every lease back within a few sweeps.
+    let mut held = u64::MAX;
+    for _ in 0..100 {
+        held = redis::cmd("ZCARD")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .expect("ZCARD");
+        if held == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(held, 0, "pooled leases given back");
 }
 
 /// A client continuing `c`'s session (on the same replica).

@@ -20,7 +20,9 @@ use crate::support::TempDir;
 use crate::support::client::{self, ACCEPT_BOTH, Reply, into_reply};
 use crate::support::config::{config, demo_stdio, gateway_exe, http, tenant, upstream};
 use crate::support::gateway::TestGateway;
-use crate::support::limits::{assert_refused_before_session, assert_refused_in_session, refusals};
+use crate::support::limits::{
+    assert_refused_before_session, assert_refused_in_session, refusals, script_calls,
+};
 use crate::support::peers::{HttpPeer, free_port};
 use crate::support::process::GatewayProcess;
 use crate::support::redis::RedisServer;
@@ -244,24 +246,41 @@ async fn a_per_user_rate_holds_once_across_two_replicas_on_one_redis() {
     );
 }
 
-/// Scripts Redis has run (`EVALSHA` and `EVAL`), from `INFO commandstats`.
-async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .expect("INFO commandstats");
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
+#[tokio::test]
+async fn a_busy_budget_is_charged_in_blocks_and_still_lets_through_exactly_its_size() {
+    let redis = RedisServer::start().await;
+    let peer = HttpPeer::demo(free_port(), &[]).await;
+    let mut t = tenant("rblk", vec![upstream("demo", http(&peer.url()))]);
+    t.limits.requests_per_user = Some(per_hour(200));
+    let cfg = behind_proxy(clustered(&redis, "rb", vec![t]));
+    let gws = replicas(&cfg, 2).await;
+    let mut conn = redis.conn().await;
+
+    // Erin alternates replicas, one request at a time, far past her budget.
+    let mut erin = Client::new(gws[0].url("rblk"), "203.0.113.20");
+    erin.initialize().await; // 1 of 200
+    let mut other = erin.on(gws[1].url("rblk"));
+    let scripts_before = script_calls(&mut conn).await;
+    let (mut passed, mut refused) = (1, 0);
+    for i in 0..300 {
+        let c = if i % 2 == 0 { &mut erin } else { &mut other };
+        let r = c.request("ping", json!({})).await;
+        match r.status {
+            200 => passed += 1,
+            429 => refused += 1,
+            _ => panic!("neither an answer nor a refusal: {r:?}"),
+        }
+    }
+    let scripts = script_calls(&mut conn).await - scripts_before;
+    // Credit granted out of plenty is spent by the replica holding it, and none is granted
+    // near the end: both replicas together let through exactly the budget...
+    assert_eq!(
+        (passed, refused),
+        (200, 101),
+        "200 per hour across both replicas"
+    );
+    // ...with far fewer round trips than checks (one per check without credit: 300).
+    assert!(scripts < 100, "300 checks ran {scripts} scripts in Redis");
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
+use super::pool::Pool;
 use crate::cluster::Keys;
 use crate::config::ConcurrencyLimit;
 
@@ -30,6 +31,8 @@ pub struct Gate {
     /// replica's waiters when one of its leases is given back.
     key: OnceLock<String>,
     pub(super) released: Notify,
+    /// Redis store: leases this replica holds here beyond its calls in flight.
+    pub(super) pool: Pool,
 }
 
 /// The settings a call is gated by, read once per call.
@@ -78,6 +81,7 @@ impl Gate {
             capacity: AtomicU32::new(limit.max_in_flight),
             key: OnceLock::new(),
             released: Notify::new(),
+            pool: Pool::default(),
         }
     }
 
@@ -111,6 +115,11 @@ impl Gate {
             })
             .ok()
             .map(|_| Waiting(&self.waiting))
+    }
+
+    /// Whether calls of this replica wait for a slot now.
+    pub(super) fn has_waiters(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed) > 0
     }
 
     /// The key of this upstream's leases in Redis.

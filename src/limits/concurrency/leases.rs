@@ -1,12 +1,15 @@
 //! Slots leased in Redis (Redis store), so a cap holds across replicas: one sorted set per
 //! gated upstream (`cluster::Keys::gate`), member = lease id (`<replica nonce>:<n>`), score =
-//! expiry. Taking a slot is one script (`take.lua`: drop expired leases, count, add) — one
-//! round trip. Giving it back is off the request's path: dropping a `Lease` tells this
-//! replica's keeper task, which removes what was given back in batches (one `ZREM` per
-//! upstream) and wakes this replica's waiters; every `RENEW_EVERY` it renews the leases still
-//! held (`renew.lua`), so a long call keeps its slot and a crashed replica's slots come free
-//! `LEASE` after its last renewal. A waiting call polls with backoff (or sooner, woken by a
-//! local give-back) until `queue_timeout`.
+//! expiry. A call takes an idle lease of this replica's `Pool` when there is one (no round
+//! trip), else one from Redis with one script (`take.lua`: drop expired leases, count, add;
+//! it may grant extra leases for the pool). Giving a lease back is off the request's path:
+//! it goes back to the pool, or, when the pool keeps none, to this replica's keeper task,
+//! which removes what was given back in batches (one `ZREM` per upstream) and wakes this
+//! replica's waiters. The keeper also gives back, every `SWEEP`, pooled leases not needed
+//! since the last sweep, and every `RENEW_EVERY` renews the leases still held (`renew.lua`),
+//! so a long call keeps its slot and a crashed replica's slots come free `LEASE` after its
+//! last renewal. A waiting call polls with backoff (or sooner, woken by a local give-back)
+//! until `queue_timeout`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +20,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::gate::{Gate, Refused};
+use super::pool::SWEEP;
 use crate::cluster::Redis;
 use crate::session::StoreError;
 
@@ -57,17 +61,25 @@ pub struct Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if !self.void {
-            let _ = self
-                .keeper
-                .send(Change::Released(self.gate.clone(), self.id));
+        if self.void {
+            return;
         }
+        if self.gate.pool.put_back(self.id) {
+            if self.gate.has_waiters() {
+                self.gate.released.notify_waiters();
+            }
+            return;
+        }
+        let _ = self
+            .keeper
+            .send(Change::Released(self.gate.clone(), self.id));
     }
 }
 
 /// What the keeper learns of this replica's leases, in order.
 enum Change {
-    Taken(Arc<Gate>, u64),
+    /// Leases `first..first + n` were taken from Redis.
+    Taken(Arc<Gate>, u64, u64),
     Released(Arc<Gate>, u64),
 }
 
@@ -88,6 +100,9 @@ impl Leases {
     /// decide (`on_store_error`).
     pub async fn take(&self, gate: &Arc<Gate>) -> Result<Result<Lease, Refused>, StoreError> {
         let settings = gate.settings();
+        if let Some(lease) = self.pooled(gate) {
+            return Ok(Ok(lease));
+        }
         if let Some(lease) = self.try_take(gate, settings.max_in_flight).await? {
             return Ok(Ok(lease));
         }
@@ -106,16 +121,32 @@ impl Leases {
                 _ = tokio::time::sleep_until((now + pause).min(deadline)) => {}
             }
             pause = (pause * 2).min(MAX_PAUSE);
+            if let Some(lease) = self.pooled(gate) {
+                return Ok(Ok(lease));
+            }
             if let Some(lease) = self.try_take(gate, settings.max_in_flight).await? {
                 return Ok(Ok(lease));
             }
         }
     }
 
-    /// One try: `take.lua`, one round trip.
+    /// An idle lease of this replica's pool: no round trip.
+    fn pooled(&self, gate: &Arc<Gate>) -> Option<Lease> {
+        let id = gate.pool.pop()?;
+        Some(Lease {
+            gate: gate.clone(),
+            id,
+            keeper: self.keeper().clone(),
+            void: false,
+        })
+    }
+
+    /// One try: `take.lua`, one round trip; extra leases it grants go to the pool.
     async fn try_take(&self, gate: &Arc<Gate>, max: u32) -> Result<Option<Lease>, StoreError> {
         let keeper = self.keeper();
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let extra = gate.pool.ask(Instant::now());
+        // Numbers for the lease and every extra one it may bring.
+        let id = self.next.fetch_add(1 + u64::from(extra), Ordering::Relaxed);
         // Made before the script runs: should this call be dropped while it runs, the lease
         // it may have taken is given back all the same.
         let mut lease = Lease {
@@ -128,9 +159,11 @@ impl Leases {
         invocation
             .arg(max)
             .arg(LEASE.as_millis() as u64)
-            .arg(member(&self.nonce, id));
+            .arg(&*self.nonce)
+            .arg(id)
+            .arg(extra);
         let mut conn = self.redis.conn.clone();
-        let taken: u32 = self
+        let taken: u64 = self
             .redis
             .run("limit_gates", invocation.invoke_async(&mut conn))
             .await?;
@@ -138,7 +171,8 @@ impl Leases {
             lease.void = true;
             return Ok(None);
         }
-        let _ = keeper.send(Change::Taken(gate.clone(), id));
+        let _ = keeper.send(Change::Taken(gate.clone(), id, taken));
+        gate.pool.granted(id + 1, taken - 1);
         Ok(Some(lease))
     }
 
@@ -163,6 +197,8 @@ async fn keep(redis: Redis, nonce: Arc<str>, mut changes: mpsc::UnboundedReceive
     let mut held: HashMap<usize, (Arc<Gate>, HashSet<u64>)> = HashMap::new();
     let mut renew = tokio::time::interval_at(Instant::now() + RENEW_EVERY, RENEW_EVERY);
     renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sweep = tokio::time::interval_at(Instant::now() + SWEEP, SWEEP);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut batch = Vec::with_capacity(BATCH);
     loop {
         tokio::select! {
@@ -173,6 +209,26 @@ async fn keep(redis: Redis, nonce: Arc<str>, mut changes: mpsc::UnboundedReceive
                 give_back(&redis, &nonce, &mut held, batch.drain(..)).await;
             }
             _ = renew.tick() => renew_held(&redis, &nonce, &mut held).await,
+            _ = sweep.tick() => {
+                // What is in the inbox first: a pooled lease is given back after its take
+                // is recorded.
+                while let Ok(change) = changes.try_recv() {
+                    batch.push(change);
+                }
+                surplus(&held, &mut batch);
+                if !batch.is_empty() {
+                    give_back(&redis, &nonce, &mut held, batch.drain(..)).await;
+                }
+            }
+        }
+    }
+}
+
+/// The pooled leases not needed since the last sweep, as give-backs.
+fn surplus(held: &HashMap<usize, (Arc<Gate>, HashSet<u64>)>, out: &mut Vec<Change>) {
+    for (gate, _) in held.values() {
+        for id in gate.pool.surplus() {
+            out.push(Change::Released(gate.clone(), id));
         }
     }
 }
@@ -188,12 +244,12 @@ async fn give_back(
     let mut gone: HashMap<usize, (Arc<Gate>, Vec<String>)> = HashMap::new();
     for change in changes {
         match change {
-            Change::Taken(gate, id) => {
+            Change::Taken(gate, first, n) => {
                 let at = Arc::as_ptr(&gate) as usize;
                 held.entry(at)
                     .or_insert_with(|| (gate, HashSet::new()))
                     .1
-                    .insert(id);
+                    .extend(first..first + n);
             }
             Change::Released(gate, id) => {
                 let at = Arc::as_ptr(&gate) as usize;

@@ -11,6 +11,7 @@
 
 mod gate;
 mod leases;
+mod pool;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,6 +6,7 @@
 //! script, one round trip) and in the process with the memory store (`local`). A tenant that
 //! configures none of these limits costs nothing here: no lookup, no Redis call.
 
+mod allotted;
 mod bucket;
 mod local;
 mod refused;

@@ -107,7 +107,7 @@ impl Refusals {
 
 /// Two independent hashes of what names a bucket: its tenant, its limit and selection, its
 /// budget.
-fn identity(tenant: &str, b: &BucketCheck<'_>) -> (u64, u64) {
+pub(super) fn identity(tenant: &str, b: &BucketCheck<'_>) -> (u64, u64) {
     let mut one = Fnv::default();
     let mut two = Fnv(0x6c62_272e_07bb_0142);
     let limit: [u8; 9] = match b.limit {

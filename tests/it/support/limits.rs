@@ -1,5 +1,5 @@
 //! What the limit tests check alike: the refusals a client sees (429 before a session,
-//! `-32029` inside one) and the refusal counter.
+//! `-32029` inside one), the refusal counter, and the scripts Redis has run.
 
 use super::client::Reply;
 
@@ -39,4 +39,24 @@ pub fn refusals(tenant: &str, limit: &str) -> u64 {
         .limit_refusals
         .with_label_values(&[tenant, limit])
         .get()
+}
+
+/// Scripts Redis has run (`EVALSHA` and `EVAL`), from `INFO commandstats`.
+pub async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO commandstats");
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
 }
