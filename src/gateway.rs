@@ -515,6 +515,7 @@ impl Gateway {
                 .with_label_values(&[&*t.name])
                 .set(i64::try_from(t.directory.len()).unwrap_or(i64::MAX));
             self.limiter.sessions.process_usage(&t.name);
+            t.gates.usage(&t.name);
         }
     }
 

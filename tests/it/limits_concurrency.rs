@@ -256,8 +256,22 @@ async fn a_cap_of_four_holds_at_the_upstream_and_a_large_queue_serves_every_call
     let gw = TestGateway::start(config(vec![roomy])).await;
     let clients = sessions(&[gw.url("cc-roomy")], 5).await;
 
-    let b = burst(&clients, 20, 300).await;
+    // While the burst runs, the usage gauge shows the calls in flight: 4, never more.
+    let watch = async {
+        let mut seen = Vec::new();
+        for _ in 0..40 {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+            seen.push(usage(&gw, "cc-roomy"));
+        }
+        seen
+    };
+    let (b, seen) = tokio::join!(burst(&clients, 20, 300), watch);
     assert_eq!((b.answered, b.refused), (20, 0), "{b:?}");
+    assert!(
+        seen.contains(&4) && seen.iter().all(|n| *n <= 4),
+        "{seen:?}"
+    );
+    assert_eq!(usage(&gw, "cc-roomy"), 0);
     let s = slow.idle().await;
     assert_eq!(s.served, 20, "{s:?}");
     assert!(
@@ -582,6 +596,7 @@ async fn a_busy_replica_takes_leases_in_blocks_and_gives_back_what_it_does_not_u
     let scripts = script_calls(&mut conn).await - scripts_before;
     assert!(scripts <= 30, "100 calls ran {scripts} scripts in Redis");
     assert_eq!(slow.idle().await.served, 100);
+    assert_eq!((usage(&gws[0], "cc-blk"), usage(&gws[1], "cc-blk")), (0, 0));
 
     // Idle, the pools give every lease back within a few sweeps.
     let mut held = u64::MAX;
@@ -597,6 +612,15 @@ async fn a_busy_replica_takes_leases_in_blocks_and_gives_back_what_it_does_not_u
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(held, 0, "pooled leases given back");
+}
+
+/// `switchyard_limit_usage{tenant, limit="concurrency[0]"}` as `gw`'s scrape sets it.
+fn usage(gw: &TestGateway, tenant: &str) -> i64 {
+    gw.gateway.refresh_gauges();
+    switchyard::metrics::get()
+        .limit_usage
+        .with_label_values(&[tenant, "concurrency[0]"])
+        .get()
 }
 
 /// A client continuing `c`'s session (on the same replica).

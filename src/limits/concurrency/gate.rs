@@ -33,6 +33,8 @@ pub struct Gate {
     pub(super) released: Notify,
     /// Redis store: leases this replica holds here beyond its calls in flight.
     pub(super) pool: Pool,
+    /// Redis store: this replica's calls in flight here (leases in use).
+    pub(super) leased: AtomicU32,
 }
 
 /// The settings a call is gated by, read once per call.
@@ -82,6 +84,7 @@ impl Gate {
             key: OnceLock::new(),
             released: Notify::new(),
             pool: Pool::default(),
+            leased: AtomicU32::new(0),
         }
     }
 
@@ -115,6 +118,20 @@ impl Gate {
             })
             .ok()
             .map(|_| Waiting(&self.waiting))
+    }
+
+    /// This replica's calls in flight at the upstream now (either store).
+    pub fn in_flight(&self) -> u32 {
+        let local = self
+            .capacity
+            .load(Ordering::Relaxed)
+            .saturating_sub(u32::try_from(self.slots.available_permits()).unwrap_or(u32::MAX));
+        local + self.leased.load(Ordering::Relaxed)
+    }
+
+    /// Which `concurrency[i]` entry selects the upstream.
+    pub fn index(&self) -> u32 {
+        self.index.load(Ordering::Relaxed)
     }
 
     /// Whether calls of this replica wait for a slot now.

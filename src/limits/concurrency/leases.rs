@@ -59,11 +59,30 @@ pub struct Lease {
     void: bool,
 }
 
+impl Lease {
+    fn new(gate: &Arc<Gate>, id: u64, keeper: &mpsc::UnboundedSender<Change>) -> Lease {
+        gate.leased.fetch_add(1, Ordering::Relaxed);
+        Lease {
+            gate: gate.clone(),
+            id,
+            keeper: keeper.clone(),
+            void: false,
+        }
+    }
+
+    /// The script took nothing: there is nothing to give back.
+    fn forgo(&mut self) {
+        self.void = true;
+        self.gate.leased.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl Drop for Lease {
     fn drop(&mut self) {
         if self.void {
             return;
         }
+        self.gate.leased.fetch_sub(1, Ordering::Relaxed);
         if self.gate.pool.put_back(self.id) {
             if self.gate.has_waiters() {
                 self.gate.released.notify_waiters();
@@ -133,12 +152,7 @@ impl Leases {
     /// An idle lease of this replica's pool: no round trip.
     fn pooled(&self, gate: &Arc<Gate>) -> Option<Lease> {
         let id = gate.pool.pop()?;
-        Some(Lease {
-            gate: gate.clone(),
-            id,
-            keeper: self.keeper().clone(),
-            void: false,
-        })
+        Some(Lease::new(gate, id, self.keeper()))
     }
 
     /// One try: `take.lua`, one round trip; extra leases it grants go to the pool.
@@ -148,13 +162,9 @@ impl Leases {
         // Numbers for the lease and every extra one it may bring.
         let id = self.next.fetch_add(1 + u64::from(extra), Ordering::Relaxed);
         // Made before the script runs: should this call be dropped while it runs, the lease
-        // it may have taken is given back all the same.
-        let mut lease = Lease {
-            gate: gate.clone(),
-            id,
-            keeper: keeper.clone(),
-            void: false,
-        };
+        // it may have taken is given back all the same (extra ones it may have been granted
+        // are not renewed, and lapse after `LEASE`).
+        let mut lease = Lease::new(gate, id, keeper);
         let mut invocation = TAKE.key(gate.key(&self.redis.keys));
         invocation
             .arg(max)
@@ -168,7 +178,7 @@ impl Leases {
             .run("limit_gates", invocation.invoke_async(&mut conn))
             .await?;
         if taken == 0 {
-            lease.void = true;
+            lease.forgo();
             return Ok(None);
         }
         let _ = keeper.send(Change::Taken(gate.clone(), id, taken));

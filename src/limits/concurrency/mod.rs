@@ -110,6 +110,25 @@ impl TenantGates {
         TenantGates(gates.into())
     }
 
+    /// Sets `switchyard_limit_usage{tenant, limit="concurrency[<i>]"}`: this replica's calls
+    /// in flight at the upstreams the entry caps (at scrape time).
+    pub fn usage(&self, tenant: &str) {
+        let gauge = &crate::metrics::get().limit_usage;
+        let mut sums: Vec<(u32, i64)> = Vec::new();
+        for (_, gate) in self.0.iter() {
+            let n = i64::from(gate.in_flight());
+            match sums.iter_mut().find(|(i, _)| *i == gate.index()) {
+                Some((_, sum)) => *sum += n,
+                None => sums.push((gate.index(), n)),
+            }
+        }
+        for (index, n) in sums {
+            gauge
+                .with_label_values(&[tenant, &format!("concurrency[{index}]")])
+                .set(n);
+        }
+    }
+
     /// The gate of `upstream`, if a limit selects it.
     pub fn of(&self, upstream: &Upstream) -> Option<&Arc<Gate>> {
         self.0
