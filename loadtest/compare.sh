@@ -11,6 +11,7 @@
 # them; the table shows the median of the rounds, and the CPU time the gateway and the HTTP
 # upstream spent per call (from /proc, over the measured window), which a busy shared machine
 # blurs less than throughput. (The stdio upstream's CPU is its child process's, not shown.)
+# For Redis-backed targets, the Redis commands a call costs (INFO commandstats over the run).
 # The gateways log as in production (RUST_LOG unset: info, text; an audit line per tool call)
 # to a file. Environment: SESSIONS (saturation, default 32), RATE (moderate load, calls/s, default 500),
 # RATE_SESSIONS (default 16). Everything binds to 127.0.0.1; every process started here is
@@ -141,14 +142,23 @@ if wanted base-redis; then gateway base-redis "$(redis_store base)" "$HTTP_UP" "
 if wanted limited-memory; then gateway limited-memory memory "$HTTP_UP" "$GW" "$LIMITS"; fi
 if wanted limited-redis; then gateway limited-redis "$(redis_store lim)" "$HTTP_UP" "$GW" "$LIMITS"; fi
 
+# Commands Redis has run so far (every kind, from INFO commandstats).
+redis_commands() {
+    redis-cli -p "$RPORT" INFO commandstats | sed -n 's/^cmdstat_[^:]*:calls=\([0-9]*\),.*/\1/p' \
+        | awk '{n += $1} END {print n + 0}'
+}
+
 measure() { # $1 = load name, $2.. = sy-load args
     local load="$1"; shift
     for round in $(seq 1 "$ROUNDS"); do
         for t in "${ORDER[@]}"; do
             echo "== $load, round $round: $t" >&2
+            local before=""; if [[ "$t" == *redis ]]; then before="$(redis_commands)"; fi
             # shellcheck disable=SC2086 # CPU holds separate arguments
             "$LOAD" calls --url "${TARGET[$t]}" --seconds "$SECONDS_RUN" --warmup 1 ${CPU[$t]} "$@" \
                 >"$OUT/$load.$t.$round.json"
+            # Redis targets: the commands the run cost (warm-up and session setup included).
+            if [[ -n "$before" ]]; then echo $(( $(redis_commands) - before )) >"$OUT/$load.$t.$round.redis"; fi
         done
     done
 }
@@ -172,15 +182,25 @@ def med(load, t):
         "spread": (min(x["throughput_per_s"] for x in rs), max(x["throughput_per_s"] for x in rs)),
         "gw_cpu": m(lambda x: x["cpu_us_per_call"].get("gateway", 0.0)),
         "up_cpu": m(lambda x: x["cpu_us_per_call"].get("upstream", 0.0)),
+        "redis": redis_per_call(load, t, rs),
     }
+def redis_per_call(load, t, rs):
+    # Commands over the whole run (1 s warm-up included) per call, the warm-up's calls
+    # estimated at the measured rate.
+    paths = [os.path.join(out, f"{load}.{t}.{r}.redis") for r in range(1, rounds + 1)]
+    if not all(os.path.exists(p) for p in paths):
+        return None
+    return statistics.median(
+        int(open(p).read()) / max(1.0, x["calls"] * (x["seconds"] + 1) / x["seconds"])
+        for p, x in zip(paths, rs))
 print(f"median of {rounds} rounds of {json.load(open(os.path.join(out, f'saturation.direct.1.json')))['seconds']:.0f} s each")
-print(f"{'load':<11} {'target':<15} {'calls/s':>9} {'(min-max)':>15} {'ratio':>6} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'errors':>6} {'gw cpu us/call':>14} {'upstream cpu us/call':>20}")
+print(f"{'load':<11} {'target':<15} {'calls/s':>9} {'(min-max)':>15} {'ratio':>6} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'errors':>6} {'gw cpu us/call':>14} {'upstream cpu us/call':>20} {'redis cmds/call':>15}")
 for load in ("saturation", "moderate", "streamed"):
     base = med(load, "direct")
     for t in order:
         x = med(load, t)
         lo, hi = x["spread"]
-        print(f"{load:<11} {t:<15} {x['tput']:>9.0f} {f'({lo:.0f}-{hi:.0f})':>15} {x['tput']/base['tput']:>6.2f} {x['p50']:>8.3f} {x['p90']:>8.3f} {x['p99']:>8.3f} {x['errors']:>6} {x['gw_cpu']:>14.1f} {x['up_cpu']:>20.1f}")
+        print(f"{load:<11} {t:<15} {x['tput']:>9.0f} {f'({lo:.0f}-{hi:.0f})':>15} {x['tput']/base['tput']:>6.2f} {x['p50']:>8.3f} {x['p90']:>8.3f} {x['p99']:>8.3f} {x['errors']:>6} {x['gw_cpu']:>14.1f} {x['up_cpu']:>20.1f} {'-' if x['redis'] is None else format(x['redis'], '.2f'):>15}")
 base = med("moderate", "direct")
 for t in order[1:]:
     x = med("moderate", t)

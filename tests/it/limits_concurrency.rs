@@ -614,6 +614,53 @@ async fn a_busy_replica_takes_leases_in_blocks_and_gives_back_what_it_does_not_u
     assert_eq!(held, 0, "pooled leases given back");
 }
 
+#[tokio::test]
+async fn a_call_longer_than_the_renewal_period_keeps_its_lease_alive() {
+    let redis = RedisServer::start().await;
+    let slow = SlowUpstream::start().await;
+    let cfg = clustered(
+        &redis,
+        "cr",
+        vec![gated("cc-long", &slow, cap(4, 0, Duration::from_secs(1)))],
+    );
+    let gws = replicas(&cfg, 1).await;
+    let clients = sessions(&[gws[0].url("cc-long")], 1).await;
+    let mut conn = redis.conn().await;
+    let key = "cr:v1:lim:{cc-long}:gate:slow";
+    let expiry = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        async move {
+            let held: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query_async(&mut conn)
+                .await
+                .expect("ZRANGE");
+            held
+        }
+    };
+
+    // One call of 12 s: longer than the 10 s renewal period, shorter than the 30 s lease.
+    let call = clients[0].call_tool("slow", json!({"ms": 12_000}));
+    let watch = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let first = expiry(&mut conn).await;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        (first, expiry(&mut conn).await)
+    };
+    let (r, (first, renewed)) = tokio::join!(call, watch);
+    assert_eq!(r.last()["result"]["content"][0]["text"], "slept", "{r:?}");
+    assert_eq!(first.len(), 1, "one lease while the call runs: {first:?}");
+    assert_eq!(renewed.len(), 1, "{renewed:?}");
+    assert_eq!(first[0].0, renewed[0].0, "the same lease");
+    assert!(
+        renewed[0].1 >= first[0].1 + 8_000.0,
+        "renewed about 10 s later: {first:?} then {renewed:?}"
+    );
+}
+
 /// `switchyard_limit_usage{tenant, limit="concurrency[0]"}` as `gw`'s scrape sets it.
 fn usage(gw: &TestGateway, tenant: &str) -> i64 {
     gw.gateway.refresh_gauges();

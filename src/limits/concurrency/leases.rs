@@ -57,6 +57,9 @@ pub struct Lease {
     keeper: mpsc::UnboundedSender<Change>,
     /// The script said no: there is nothing to give back.
     void: bool,
+    /// Known to be held (the script said yes, or it came from the pool): it may go back to
+    /// the pool. One whose script never answered goes back to Redis, in case it was taken.
+    confirmed: bool,
 }
 
 impl Lease {
@@ -67,6 +70,7 @@ impl Lease {
             id,
             keeper: keeper.clone(),
             void: false,
+            confirmed: false,
         }
     }
 
@@ -83,7 +87,7 @@ impl Drop for Lease {
             return;
         }
         self.gate.leased.fetch_sub(1, Ordering::Relaxed);
-        if self.gate.pool.put_back(self.id) {
+        if self.confirmed && self.gate.pool.put_back(self.id) {
             if self.gate.has_waiters() {
                 self.gate.released.notify_waiters();
             }
@@ -152,7 +156,9 @@ impl Leases {
     /// An idle lease of this replica's pool: no round trip.
     fn pooled(&self, gate: &Arc<Gate>) -> Option<Lease> {
         let id = gate.pool.pop()?;
-        Some(Lease::new(gate, id, self.keeper()))
+        let mut lease = Lease::new(gate, id, self.keeper());
+        lease.confirmed = true;
+        Some(lease)
     }
 
     /// One try: `take.lua`, one round trip; extra leases it grants go to the pool.
@@ -183,6 +189,7 @@ impl Leases {
         }
         let _ = keeper.send(Change::Taken(gate.clone(), id, taken));
         gate.pool.granted(id + 1, taken - 1);
+        lease.confirmed = true;
         Ok(Some(lease))
     }
 
