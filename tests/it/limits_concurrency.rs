@@ -521,19 +521,7 @@ async fn two_replicas_on_one_redis_hold_one_cap() {
     // Every lease is given back: the set empties (and is gone).
     let mut conn = redis.conn().await;
     let key = "cc:v1:lim:{cc-two}:gate:slow";
-    let mut held = u64::MAX;
-    for _ in 0..100 {
-        held = redis::cmd("ZCARD")
-            .arg(key)
-            .query_async(&mut conn)
-            .await
-            .expect("ZCARD");
-        if held == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(held, 0, "leases given back");
+    assert_eq!(leases_left(&mut conn, key).await, 0, "leases given back");
 
     // Leases of another replica count (4 held: a call waits, then is refused), and a
     // crashed replica's lapse (expired: the call passes).
@@ -599,19 +587,11 @@ async fn a_busy_replica_takes_leases_in_blocks_and_gives_back_what_it_does_not_u
     assert_eq!((usage(&gws[0], "cc-blk"), usage(&gws[1], "cc-blk")), (0, 0));
 
     // Idle, the pools give every lease back within a few sweeps.
-    let mut held = u64::MAX;
-    for _ in 0..100 {
-        held = redis::cmd("ZCARD")
-            .arg(key)
-            .query_async(&mut conn)
-            .await
-            .expect("ZCARD");
-        if held == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(held, 0, "pooled leases given back");
+    assert_eq!(
+        leases_left(&mut conn, key).await,
+        0,
+        "pooled leases given back"
+    );
 }
 
 #[tokio::test]
@@ -659,6 +639,23 @@ async fn a_call_longer_than_the_renewal_period_keeps_its_lease_alive() {
         renewed[0].1 >= first[0].1 + 8_000.0,
         "renewed about 10 s later: {first:?} then {renewed:?}"
     );
+}
+
+/// The leases held in `key`, once it is empty or after 2 s of waiting for it to empty.
+async fn leases_left(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> u64 {
+    let mut held = u64::MAX;
+    for _ in 0..100 {
+        held = redis::cmd("ZCARD")
+            .arg(key)
+            .query_async(conn)
+            .await
+            .expect("ZCARD");
+        if held == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    held
 }
 
 /// `switchyard_limit_usage{tenant, limit="concurrency[0]"}` as `gw`'s scrape sets it.

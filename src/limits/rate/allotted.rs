@@ -187,7 +187,7 @@ mod tests {
 
     use super::*;
     use crate::config::Rate;
-    use crate::limits::rate::bucket::{Charge, LimitName};
+    use crate::limits::rate::bucket::{self, LimitName};
 
     fn per_user(budget: &str) -> BucketCheck<'_> {
         let rate = Rate {
@@ -195,12 +195,7 @@ mod tests {
             per: Duration::from_secs(1),
             burst: 1000,
         };
-        BucketCheck {
-            limit: LimitName::RequestsPerUser,
-            selection: 0,
-            budget: Some(budget),
-            charge: Charge::new(&rate, 1),
-        }
+        bucket::per_user(budget, rate)
     }
 
     #[test]

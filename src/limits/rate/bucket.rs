@@ -187,6 +187,17 @@ pub enum Verdict {
     },
 }
 
+/// A per-user request bucket of `rate`, charged one token (the unit tests' usual check).
+#[cfg(test)]
+pub fn per_user(budget: &str, rate: Rate) -> BucketCheck<'_> {
+    BucketCheck {
+        limit: LimitName::RequestsPerUser,
+        selection: 0,
+        budget: Some(budget),
+        charge: Charge::new(&rate, 1),
+    }
+}
+
 /// A stable 64-bit digest (FNV-1a) of what a call limit selects: the same on every replica
 /// and build, unlike `std`'s hasher.
 pub fn selection(upstream: &str, tools: &[String], per_tenant: bool) -> u64 {

@@ -140,7 +140,7 @@ mod tests {
 
     use super::*;
     use crate::config::Rate;
-    use bucket::{Charge, MICROS};
+    use bucket::MICROS;
 
     fn per_user(budget: &str, count: u32, burst: u32) -> BucketCheck<'_> {
         let rate = Rate {
@@ -148,12 +148,7 @@ mod tests {
             per: Duration::from_secs(60),
             burst,
         };
-        BucketCheck {
-            limit: LimitName::RequestsPerUser,
-            selection: 0,
-            budget: Some(budget),
-            charge: Charge::new(&rate, 1),
-        }
+        bucket::per_user(budget, rate)
     }
 
     #[test]
