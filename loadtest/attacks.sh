@@ -26,7 +26,7 @@ tenants:
   - name: demo
     upstreams:
       - name: local
-        stdio: {command: "$GW", args: [demo-server, --stdio]}
+        stdio: {command: "$DEMO", args: [--stdio]}
 EOF
     # Builds that know the connection limits get the per-client cap lifted (see above).
     local lifted="$3.lifted"

@@ -35,7 +35,7 @@ rm -f "$OUT"/*.json
 
 # The fast upstream: the project's demo server (Rust), over HTTP.
 UP_PORT="$(free_port)"
-"$GW" demo-server --http "127.0.0.1:$UP_PORT" 2>"$WORK/upstream.log" &
+"$DEMO" --http "127.0.0.1:$UP_PORT" >/dev/null 2>"$WORK/upstream.log" &
 UP_PID=$!
 PIDS+=("$UP_PID")
 wait_port "$UP_PORT"
@@ -119,7 +119,7 @@ else
 fi
 
 HTTP_UP="{name: demo, http: {url: \"$UPSTREAM\"}}"
-STDIO_UP="{name: demo, stdio: {command: \"$GW\", args: [demo-server, --stdio], sharing: shared, pool_size: 2}}"
+STDIO_UP="{name: demo, stdio: {command: \"$DEMO\", args: [--stdio], sharing: shared, pool_size: 2}}"
 redis_store() { echo "{redis: {url: \"redis://127.0.0.1:$RPORT\", prefix: $1}}"; }
 ORDER=(direct)
 if [[ -n "$NGINX" ]]; then ORDER+=(nginx); fi

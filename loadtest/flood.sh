@@ -10,7 +10,7 @@
 #   bash loadtest/flood.sh [COUNT]      (default 100000)
 #
 # SY_GATEWAY=<binary> measures another gateway build against the same demo upstream (this
-# build's, which has the tool), e.g. a build from before a change.
+# checkout's switchyard-demo-server, which has the tool), e.g. a build from before a change.
 # Everything binds to 127.0.0.1; every process started here is stopped on exit.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" flood
 COUNT="${1:-100000}"
@@ -27,7 +27,7 @@ tenants:
   - name: load
     upstreams:
       - name: demo
-        stdio: {command: "$GW", args: [demo-server, --stdio, --hostile-tools]}
+        stdio: {command: "$DEMO", args: [--stdio, --hostile-tools]}
 YAML
     if [[ "$store" != memory ]]; then "$GATEWAY" migrate --config "$WORK/$label.yaml" >&2; fi
     RUST_LOG=warn "$GATEWAY" run --config "$WORK/$label.yaml" 2>"$WORK/$label.log" &

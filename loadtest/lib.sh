@@ -1,6 +1,6 @@
 # Shared by the loadtest scripts (sourced, not run): a work directory, every process started
 # recorded in PIDS and stopped on exit, the binaries built (release unless SY_PROFILE says
-# otherwise), and port helpers.
+# otherwise: the gateway $GW, the demo server $DEMO, sy-load $LOAD), and port helpers.
 # Usage: source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" <label>
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,11 +18,12 @@ command -v redis-server >/dev/null || { echo "redis-server missing: bash scripts
 # SY_PROFILE=debug measures a debug build instead (quicker to build, slower to run).
 PROFILE="${SY_PROFILE:-release}"
 if [[ "$PROFILE" == release ]]; then
-    cargo build --release --locked -p switchyard -p switchyard-loadtest >&2
+    cargo build --release --locked -p switchyard -p switchyard-demo-server -p switchyard-loadtest >&2
 else
-    cargo build --locked -p switchyard -p switchyard-loadtest >&2
+    cargo build --locked -p switchyard -p switchyard-demo-server -p switchyard-loadtest >&2
 fi
 GW="$REPO/target/$PROFILE/switchyard"
+DEMO="$REPO/target/$PROFILE/switchyard-demo-server"
 LOAD="$REPO/target/$PROFILE/sy-load"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

@@ -17,7 +17,7 @@ rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
 # 1. Idle: the gateway with one tenant and two upstreams (stdio and HTTP), no traffic.
 UP_PORT="$(free_port)"
-"$GW" demo-server --http "127.0.0.1:$UP_PORT" 2>/dev/null &
+"$DEMO" --http "127.0.0.1:$UP_PORT" >/dev/null 2>&1 &
 PIDS+=("$!")
 wait_port "$UP_PORT"
 PORT="$(free_port)"
@@ -27,7 +27,7 @@ sessions: {ttl: 1h}
 tenants:
   - name: load
     upstreams:
-      - {name: local, stdio: {command: "$GW", args: [demo-server, --stdio], sharing: shared}}
+      - {name: local, stdio: {command: "$DEMO", args: [--stdio], sharing: shared}}
       - {name: remote, http: {url: "http://127.0.0.1:$UP_PORT/mcp"}}
 YAML
 RUST_LOG=warn "$GW" run --config "$WORK/idle.yaml" --reload-poll 0 2>"$WORK/idle.log" &
@@ -48,7 +48,7 @@ UPS=""
 FIRST=""
 for i in $(seq 1 10); do
     p="$(free_port)"
-    "$GW" demo-server --http "127.0.0.1:$p" --extra-tools 97 2>/dev/null &
+    "$DEMO" --http "127.0.0.1:$p" --extra-tools 97 >/dev/null 2>&1 &
     PIDS+=("$!")
     wait_port "$p"
     UPS+="      - {name: up$i, http: {url: \"http://127.0.0.1:$p/mcp\"}}"$'\n'

@@ -23,7 +23,7 @@ tenants:
     limits: {sessions_per_user: $((N + 100))}
     upstreams:
       - name: demo
-        stdio: {command: "$GW", args: [demo-server, --stdio], sharing: shared}
+        stdio: {command: "$DEMO", args: [--stdio], sharing: shared}
 YAML
 }
 

@@ -1,5 +1,6 @@
 //! Wiring: builds the `Gateway` from a validated `Config` and serves it on a listener until a
-//! shutdown future resolves, then drains (bounded) and stops every upstream.
+//! shutdown future resolves (the binaries' is `shutdown_signal`), then drains (bounded) and
+//! stops every upstream.
 
 use std::future::Future;
 use std::io;
@@ -19,6 +20,23 @@ pub const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 /// Installs the process-wide TLS crypto provider (ring). Idempotent.
 pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Resolves on SIGINT or SIGTERM: the shutdown future of the gateway and demo server binaries.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGTERM");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+    }
 }
 
 /// Builds the gateway: connects the session store (checking the Redis keyspace layout),

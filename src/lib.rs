@@ -6,7 +6,6 @@ pub mod app;
 pub mod auth;
 pub mod cluster;
 pub mod config;
-pub mod demo;
 pub mod error;
 pub mod events;
 pub mod gateway;

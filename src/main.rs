@@ -1,13 +1,12 @@
 //! Command line: `run` the gateway, `check` a config, `migrate` the Redis keyspace, `probe` a
-//! health endpoint, run the `demo`, or run the bundled `demo-server` upstream. Parses
-//! arguments, sets up logs and traces, and hands built values to the library.
+//! health endpoint, or run the `demo` (with the `switchyard-demo-server` binary beside this
+//! one). Parses arguments, sets up logs and traces, and hands built values to the library.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use switchyard::config::{self, Config};
-use switchyard::demo::{self, DemoOptions};
 use switchyard::reload::{self, ConfigSource};
 use switchyard::telemetry;
 use tokio::net::TcpListener;
@@ -64,8 +63,8 @@ enum Command {
         #[arg(long, default_value = "http://127.0.0.1:8080/healthz")]
         url: String,
     },
-    /// Run the demo: the bundled demo upstream over HTTP, and the gateway on config/demo.yaml
-    /// (which also runs the demo upstream as a stdio child).
+    /// Run the demo: the demo upstream (`switchyard-demo-server`, next to this executable)
+    /// over HTTP, and the gateway on config/demo.yaml (which also runs it as a stdio child).
     Demo {
         #[arg(long, default_value = "config/demo.yaml")]
         config: PathBuf,
@@ -74,39 +73,6 @@ enum Command {
         /// As for `run`.
         #[arg(long, default_value_t = 5.0)]
         reload_poll: f64,
-    },
-    /// Run the bundled demo MCP server (an upstream for demos and tests).
-    DemoServer {
-        /// Speak newline-delimited JSON-RPC on stdin/stdout.
-        #[arg(long, conflicts_with = "http")]
-        stdio: bool,
-        /// Serve Streamable HTTP at /mcp on this address (e.g. 127.0.0.1:3901).
-        #[arg(long)]
-        http: Option<String>,
-        /// serverInfo.name
-        #[arg(long, default_value = "switchyard-demo")]
-        name: String,
-        /// Also expose the test-only tools (crash, stderr, pid).
-        #[arg(long)]
-        test_tools: bool,
-        /// Also expose tools that misbehave on purpose (flood, ask), for tests.
-        #[arg(long)]
-        hostile_tools: bool,
-        /// Test only: ignore SIGTERM and stdin EOF (only SIGKILL stops it).
-        #[arg(long, requires = "stdio")]
-        stubborn: bool,
-        /// Serve the conformance-suite fixture catalog instead of the demo one.
-        #[arg(long)]
-        conformance: bool,
-        /// Also speak 2026-07-28 (stateless: server/discover, no handshake needed).
-        #[arg(long)]
-        stateless: bool,
-        /// Append every received message to this file (one JSON per line).
-        #[arg(long)]
-        trace: Option<PathBuf>,
-        /// Also list this many generated tools (`bulk-0001`, …, answering like echo).
-        #[arg(long, default_value_t = 0)]
-        extra_tools: usize,
     },
 }
 
@@ -121,13 +87,7 @@ fn main() -> ExitCode {
             config,
             listen,
             reload_poll,
-        } => gateway_main(
-            format,
-            ConfigSource::file(&config),
-            listen,
-            reload_poll,
-            None,
-        ),
+        } => gateway_main(format, ConfigSource::file(&config), listen, reload_poll),
         Command::Demo {
             config,
             listen,
@@ -162,30 +122,6 @@ async fn tool(command: Command) -> ExitCode {
         Command::Check { config } => check(&config),
         Command::Migrate { config } => migrate(&config).await,
         Command::Probe { url } => probe(&url).await,
-        Command::DemoServer {
-            stdio,
-            http,
-            name,
-            test_tools,
-            hostile_tools,
-            stubborn,
-            conformance,
-            stateless,
-            trace,
-            extra_tools,
-        } => {
-            let opts = DemoOptions {
-                name,
-                test_tools,
-                hostile_tools,
-                stubborn,
-                conformance,
-                trace_file: trace,
-                extra_tools,
-                stateless,
-            };
-            demo_server(stdio, http, opts).await
-        }
         Command::Run { .. } | Command::Demo { .. } => ExitCode::FAILURE,
     }
 }
@@ -274,14 +210,12 @@ async fn probe(url: &str) -> ExitCode {
 }
 
 /// Loads the config from `source` (with `--listen` applied), sets up logs and traces as it
-/// says, and serves it, reloading it when the file changes. With `demo`, the bundled demo
-/// upstream is served over HTTP next to the gateway.
+/// says, and serves it, reloading it when the file changes.
 fn gateway_main(
     format: telemetry::LogFormat,
     mut source: ConfigSource,
     listen: Option<String>,
     reload_poll: f64,
-    demo: Option<std::net::TcpListener>,
 ) -> ExitCode {
     if let Some(addr) = listen {
         match addr.parse() {
@@ -310,21 +244,7 @@ fn gateway_main(
     let telemetry = telemetry::init(format, &config.telemetry);
     config::log_warnings(&config);
     let code = match runtime() {
-        Some(rt) => rt.block_on(async move {
-            let demo = match demo.map(serve_demo_upstream).transpose() {
-                Ok(d) => d,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot serve the demo upstream");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let code = serve(config, digest, source, poll).await;
-            if let Some((stop, task)) = demo {
-                let _ = stop.send(());
-                let _ = task.await;
-            }
-            code
-        }),
+        Some(rt) => rt.block_on(serve(config, digest, source, poll)),
         None => ExitCode::FAILURE,
     };
     telemetry.shutdown();
@@ -365,7 +285,8 @@ async fn serve(
             return ExitCode::FAILURE;
         }
     };
-    match switchyard::app::serve(listener, gateway, config.tls.clone(), shutdown_signal()).await {
+    let shutdown = switchyard::app::shutdown_signal();
+    match switchyard::app::serve(listener, gateway, config.tls.clone(), shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "server error");
@@ -374,105 +295,104 @@ async fn serve(
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot listen for SIGTERM");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
-    }
-}
-
-/// The demo: the demo upstream over HTTP in this process, then the gateway on the demo config.
-/// The config names the upstream's URL and this executable through `${DEMO_HTTP_URL}` and
-/// `${SWITCHYARD_EXE}`, set here.
+/// The demo: the demo upstream over HTTP as a child process, then the gateway on the demo
+/// config. The config names the upstream's URL and the demo server's executable through
+/// `${DEMO_HTTP_URL}` and `${SWITCHYARD_DEMO_SERVER}`, set here.
 fn demo_main(
     format: telemetry::LogFormat,
     path: &Path,
     listen: Option<String>,
     reload_poll: f64,
 ) -> ExitCode {
-    let upstream = match std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.set_nonblocking(true).map(|()| l))
-    {
-        Ok(l) => l,
+    let exe = match demo_server_exe() {
+        Ok(exe) => exe,
         Err(e) => {
-            eprint_lines(&format!("cannot bind the demo upstream: {e}"));
+            eprint_lines(&e);
             return ExitCode::FAILURE;
         }
     };
-    let (upstream_addr, exe) = match (upstream.local_addr(), std::env::current_exe()) {
-        (Ok(a), Ok(exe)) => (a, exe),
-        (Err(e), _) | (_, Err(e)) => {
-            eprint_lines(&format!("cannot prepare the demo: {e}"));
+    let upstream = match DemoUpstream::start(&exe, format) {
+        Ok(u) => u,
+        Err(e) => {
+            eprint_lines(&format!(
+                "cannot start the demo upstream {}: {e}",
+                exe.display()
+            ));
             return ExitCode::FAILURE;
         }
     };
     // The two values reach the loader through its variable lookup (no process-wide set_var).
-    let demo_url = format!("http://{upstream_addr}/mcp");
+    let demo_url = upstream.url.clone();
     let exe_text = exe.display().to_string();
     let source = ConfigSource::with_lookup(
         path,
         std::sync::Arc::new(move |name: &str| match name {
             "DEMO_HTTP_URL" => Some(demo_url.clone()),
-            "SWITCHYARD_EXE" => Some(exe_text.clone()),
+            "SWITCHYARD_DEMO_SERVER" => Some(exe_text.clone()),
             other => std::env::var(other).ok(),
         }),
     );
-    gateway_main(format, source, listen, reload_poll, Some(upstream))
+    let code = gateway_main(format, source, listen, reload_poll);
+    drop(upstream);
+    code
 }
 
-/// Serves the demo upstream on `listener` until the returned sender fires.
-fn serve_demo_upstream(
-    listener: std::net::TcpListener,
-) -> std::io::Result<(
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<std::io::Result<()>>,
-)> {
-    let listener = TcpListener::from_std(listener)?;
-    let url = format!("http://{}/mcp", listener.local_addr()?);
-    let opts = DemoOptions {
-        name: "switchyard-demo-http".into(),
-        ..DemoOptions::default()
-    };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(demo::serve_http(listener, opts, async move {
-        let _ = stop_rx.await;
-    }));
-    tracing::info!(url = %url, "demo upstream (HTTP) ready");
-    Ok((stop_tx, task))
+/// The demo server's binary: `switchyard-demo-server` in this executable's directory (where
+/// cargo puts both), or a one-line error saying how to build it.
+fn demo_server_exe() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("cannot locate this executable: {e}"))?
+        .with_file_name("switchyard-demo-server");
+    if exe.is_file() {
+        Ok(exe)
+    } else {
+        Err(format!(
+            "the demo runs {}, which is not built: run `cargo build --release` at the repository \
+             root (`cargo build` for a debug gateway)",
+            exe.display()
+        ))
+    }
 }
 
-async fn demo_server(stdio: bool, http: Option<String>, opts: DemoOptions) -> ExitCode {
-    let result = match (stdio, http) {
-        (true, _) => demo::serve_stdio(opts).await,
-        (false, Some(addr)) => match TcpListener::bind(&addr).await {
-            Ok(listener) => {
-                if let Ok(a) = listener.local_addr() {
-                    tracing::info!(url = %format!("http://{a}/mcp"), "demo server ready");
-                }
-                demo::serve_http(listener, opts, shutdown_signal()).await
-            }
-            Err(e) => Err(e),
-        },
-        (false, None) => {
-            tracing::error!("choose --stdio or --http ADDR");
-            return ExitCode::from(2);
+/// The demo upstream over HTTP: a `switchyard-demo-server` child on a free loopback port,
+/// killed when this is dropped.
+struct DemoUpstream {
+    child: std::process::Child,
+    /// Its endpoint, as it printed it once listening.
+    url: String,
+}
+
+impl DemoUpstream {
+    fn start(exe: &Path, format: telemetry::LogFormat) -> std::io::Result<DemoUpstream> {
+        use std::io::BufRead as _;
+        let format = match format {
+            telemetry::LogFormat::Text => "text",
+            telemetry::LogFormat::Json => "json",
+        };
+        let mut child = std::process::Command::new(exe)
+            .args(["--log-format", format, "--http", "127.0.0.1:0"])
+            .args(["--name", "switchyard-demo-http"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        // It prints its URL once listening, or exits (its log on our stderr says why).
+        let mut url = String::new();
+        if let Some(stdout) = child.stdout.take() {
+            std::io::BufReader::new(stdout).read_line(&mut url)?;
         }
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "demo server failed");
-            ExitCode::FAILURE
+        let url = url.trim().to_owned();
+        let upstream = DemoUpstream { child, url };
+        if upstream.url.starts_with("http://") {
+            Ok(upstream)
+        } else {
+            Err(std::io::Error::other("it exited without serving"))
         }
+    }
+}
+
+impl Drop for DemoUpstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -146,7 +146,7 @@ enum Command {
     },
     /// One call flooded with N notifications, read by a client that falls behind.
     NotificationFlood {
-        /// A tenant endpoint in front of `demo-server --hostile-tools`.
+        /// A tenant endpoint in front of `switchyard-demo-server --hostile-tools`.
         #[arg(long)]
         url: String,
         #[arg(long, default_value_t = 100_000)]

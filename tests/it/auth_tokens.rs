@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 
 use crate::support::client::ACCEPT_BOTH;
-use crate::support::config::gateway_exe;
+use crate::support::config::demo_server_exe;
 use crate::support::gateway::TestGateway;
 use crate::support::jws::{TestKey, claims, jwks};
 use crate::support::key_server::KeyServer;
@@ -25,8 +25,8 @@ fn gateway_config(
         .map(|u| format!(", jwks_url: \"{u}\""))
         .unwrap_or_default();
     let upstream = format!(
-        "[{{name: demo, stdio: {{command: \"{}\", args: [demo-server, --stdio]}}}}]",
-        gateway_exe().display()
+        "[{{name: demo, stdio: {{command: \"{}\", args: [--stdio]}}}}]",
+        demo_server_exe().display()
     );
     let mut yaml = format!(
         "listen: 127.0.0.1:0\n\

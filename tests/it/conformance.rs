@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::process::Command;
 
 use crate::support::TempDir;
-use crate::support::config::{config, gateway_exe, http, stdio, tenant, upstream};
+use crate::support::config::{config, demo_server_exe, http, stdio, tenant, upstream};
 use crate::support::gateway::TestGateway;
 use crate::support::peers::{HttpPeer, free_port, node, peers_dir, repo};
 use switchyard::config::{PrefixMode, StdioSharing, UpstreamConfig, UpstreamTransport};
@@ -17,9 +17,9 @@ use switchyard::config::{PrefixMode, StdioSharing, UpstreamConfig, UpstreamTrans
 /// The fixture as a per-session stdio upstream (so each session's capabilities reach it);
 /// `extra` adds `--stateless` for a fixture that speaks 2026-07-28 too.
 fn fixture_stdio(extra: &[&str]) -> UpstreamConfig {
-    let mut args = vec!["demo-server", "--stdio", "--conformance"];
+    let mut args = vec!["--stdio", "--conformance"];
     args.extend_from_slice(extra);
-    let mut s = stdio(gateway_exe().display().to_string(), &args);
+    let mut s = stdio(demo_server_exe().display().to_string(), &args);
     s.sharing = StdioSharing::PerSession;
     fixture(UpstreamTransport::Stdio(s))
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::support::client::{RawClient, text};
-use crate::support::config::{config, demo_stdio, gateway_exe, tenant, upstream};
+use crate::support::config::{config, demo_server_exe, demo_stdio, tenant, upstream};
 use crate::support::gateway::TestGateway;
 use crate::support::process::GatewayProcess;
 use crate::support::{TempDir, eventually, read_trace};
@@ -554,12 +554,12 @@ async fn get_streams_per_session_are_capped() {
 /// stderr; returns the gateway's whole log.
 async fn log_of_stderr_line(format: &str, line: &str) -> String {
     let dir = TempDir::new(&format!("floods-stderr-{format}"));
-    let exe = gateway_exe().display().to_string();
+    let exe = demo_server_exe().display().to_string();
     let yaml = format!(
         "tenants:\n\
          \x20 - name: f\n\
          \x20   upstreams:\n\
-         \x20     - {{name: demo, stdio: {{command: \"{exe}\", args: [demo-server, --stdio, --test-tools]}}}}\n"
+         \x20     - {{name: demo, stdio: {{command: \"{exe}\", args: [--stdio, --test-tools]}}}}\n"
     );
     let gw = GatewayProcess::start_with_log_format(&yaml, &dir, "stderr", format).await;
     let mut c = RawClient::new(gw.url("f"));

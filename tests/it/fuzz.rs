@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 
 use crate::support::TempDir;
 use crate::support::client::RawClient;
-use crate::support::config::gateway_exe;
+use crate::support::config::demo_server_exe;
 use crate::support::process::GatewayProcess;
 
 const VERSIONS: [&str; 5] = [
@@ -324,7 +324,7 @@ async fn mutated_requests_never_get_a_5xx_a_panic_or_unbounded_memory() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x00f0_2218);
     let dir = TempDir::new("fuzz");
-    let exe = gateway_exe().display().to_string();
+    let exe = demo_server_exe().display().to_string();
     let yaml = format!(
         r#"limits: {{max_body: 256KiB}}
 sessions: {{ttl: 10m}}
@@ -332,9 +332,9 @@ tenants:
   - name: fz
     upstreams:
       - name: demo
-        stdio: {{command: "{exe}", args: [demo-server, --stdio]}}
+        stdio: {{command: "{exe}", args: [--stdio]}}
       - name: per
-        stdio: {{command: "{exe}", args: [demo-server, --stdio], sharing: per-session}}
+        stdio: {{command: "{exe}", args: [--stdio], sharing: per-session}}
 "#
     );
     let gw = GatewayProcess::start(&yaml, &dir, "fuzz").await;

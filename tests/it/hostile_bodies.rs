@@ -12,7 +12,7 @@ use switchyard::config::UpstreamTransport;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::support::config::{config, demo_stdio, gateway_exe, tenant, upstream};
+use crate::support::config::{config, demo_server_exe, demo_stdio, tenant, upstream};
 use crate::support::gateway::TestGateway;
 use crate::support::process::GatewayProcess;
 use crate::support::wire::{Response, closed_after, read_response, rss_kib, status};
@@ -163,8 +163,8 @@ async fn many_slow_large_bodies_are_refused_or_cut_off_and_memory_stays_bounded(
     let dir = TempDir::new("slow-bodies");
     let admin_port = crate::support::peers::free_port();
     let yaml = format!(
-        "admin_listen: 127.0.0.1:{admin_port}\nlimits: {{max_body: 1MiB, max_buffered_bodies: 8MiB, body_read_timeout: 3s, min_body_rate: 0}}\ntenants:\n  - name: a\n    upstreams:\n      - name: demo\n        stdio: {{command: {exe:?}, args: [demo-server, --stdio]}}\n",
-        exe = gateway_exe().display().to_string(),
+        "admin_listen: 127.0.0.1:{admin_port}\nlimits: {{max_body: 1MiB, max_buffered_bodies: 8MiB, body_read_timeout: 3s, min_body_rate: 0}}\ntenants:\n  - name: a\n    upstreams:\n      - name: demo\n        stdio: {{command: {exe:?}, args: [--stdio]}}\n",
+        exe = demo_server_exe().display().to_string(),
     );
     let gw = GatewayProcess::start(&yaml, &dir, "slow-bodies").await;
     let addr: SocketAddr = ([127, 0, 0, 1], gw.port).into();

@@ -14,7 +14,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::support::client::RawClient;
-use crate::support::config::{config, demo_stdio, gateway_exe, tenant, upstream};
+use crate::support::config::{config, demo_server_exe, demo_stdio, tenant, upstream};
 use crate::support::gateway::TestGateway;
 use crate::support::h2raw::{self, H2Conn};
 use crate::support::process::GatewayProcess;
@@ -252,8 +252,8 @@ async fn a_connection_flood_beyond_the_cap_is_refused_with_503_and_never_reaches
     let dir = TempDir::new("flood");
     let admin_port = crate::support::peers::free_port();
     let yaml = format!(
-        "admin_listen: 127.0.0.1:{admin_port}\nlimits: {{header_read_timeout: 20s}}\ntenants:\n  - name: a\n    upstreams:\n      - name: demo\n        stdio: {{command: {exe:?}, args: [demo-server, --stdio]}}\n",
-        exe = gateway_exe().display().to_string(),
+        "admin_listen: 127.0.0.1:{admin_port}\nlimits: {{header_read_timeout: 20s}}\ntenants:\n  - name: a\n    upstreams:\n      - name: demo\n        stdio: {{command: {exe:?}, args: [--stdio]}}\n",
+        exe = demo_server_exe().display().to_string(),
     );
     let gw = GatewayProcess::start_with_fd_limit(&yaml, &dir, "flood", NOFILE).await;
     let addr: SocketAddr = ([127, 0, 0, 1], gw.port).into();

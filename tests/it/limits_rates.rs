@@ -18,7 +18,7 @@ use switchyard::config::{
 use crate::cluster::{clustered, replicas};
 use crate::support::TempDir;
 use crate::support::client::{self, ACCEPT_BOTH, Reply, into_reply};
-use crate::support::config::{config, demo_stdio, gateway_exe, http, tenant, upstream};
+use crate::support::config::{config, demo_server_exe, demo_stdio, http, tenant, upstream};
 use crate::support::gateway::TestGateway;
 use crate::support::limits::{
     assert_refused_before_session, assert_refused_in_session, refusals, script_calls,
@@ -378,9 +378,9 @@ async fn request_rates_on_the_memory_store_count_every_transport_before_the_sess
 #[tokio::test]
 async fn call_limits_select_the_tool_itself_and_refusals_are_audited() {
     let dir = TempDir::new("call-limits");
-    let exe = gateway_exe();
+    let exe = demo_server_exe();
     let demo = format!(
-        "{{command: \"{}\", args: [demo-server, --stdio], sharing: shared}}",
+        "{{command: \"{}\", args: [--stdio], sharing: shared}}",
         exe.display()
     );
     let yaml = format!(

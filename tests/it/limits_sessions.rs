@@ -16,7 +16,7 @@ use switchyard::session::SessionId;
 
 use crate::cluster::{clustered, replicas};
 use crate::support::client::{self, ACCEPT_BOTH, RawClient, Reply, into_reply};
-use crate::support::config::{config, demo_stdio, gateway_exe, tenant, upstream};
+use crate::support::config::{config, demo_server_exe, demo_stdio, tenant, upstream};
 use crate::support::gateway::TestGateway;
 use crate::support::legacy::LegacyClient;
 use crate::support::limits::{assert_refused_before_session, refusals};
@@ -131,14 +131,14 @@ async fn upstream_pid(c: &RawClient) -> u32 {
 #[tokio::test]
 async fn one_client_flooding_initialize_gets_100_sessions_then_429_and_children_stay_bounded() {
     let dir = TempDir::new("flood-sessions");
-    let exe = gateway_exe().display().to_string();
+    let exe = demo_server_exe().display().to_string();
     let yaml = format!(
         "trusted_proxies: [127.0.0.1/32]\n\
          tenants:\n\
          \x20 - name: flood\n\
          \x20   upstreams:\n\
          \x20     - name: demo\n\
-         \x20       stdio: {{command: {exe}, args: [demo-server, --stdio, --test-tools], sharing: per-session}}\n"
+         \x20       stdio: {{command: {exe}, args: [--stdio, --test-tools], sharing: per-session}}\n"
     );
     let gw = GatewayProcess::start(&yaml, &dir, "flood").await;
     let url = gw.url("flood");
@@ -332,7 +332,7 @@ async fn a_session_without_initialized_is_closed_at_the_handshake_deadline() {
 #[tokio::test]
 async fn the_process_wide_cap_refuses_the_fourth_per_session_process() {
     let dir = TempDir::new("process-cap");
-    let exe = gateway_exe().display().to_string();
+    let exe = demo_server_exe().display().to_string();
     let yaml = format!(
         "trusted_proxies: [127.0.0.1/32]\n\
          limits: {{max_session_processes: 3}}\n\
@@ -340,7 +340,7 @@ async fn the_process_wide_cap_refuses_the_fourth_per_session_process() {
          \x20 - name: procs\n\
          \x20   upstreams:\n\
          \x20     - name: demo\n\
-         \x20       stdio: {{command: {exe}, args: [demo-server, --stdio, --test-tools], sharing: per-session}}\n"
+         \x20       stdio: {{command: {exe}, args: [--stdio, --test-tools], sharing: per-session}}\n"
     );
     let gw = GatewayProcess::start(&yaml, &dir, "procs").await;
     let url = gw.url("procs");

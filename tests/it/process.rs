@@ -12,7 +12,7 @@ use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
 use crate::support::client::RawClient;
-use crate::support::config::gateway_exe;
+use crate::support::config::{demo_server_exe, gateway_exe};
 use crate::support::peers::free_port;
 use crate::support::{TempDir, eventually, process_alive};
 
@@ -21,7 +21,7 @@ async fn run_check(path: &std::path::Path, env: &[(&str, &str)]) -> (i32, String
     cmd.arg("check")
         .arg("--config")
         .arg(path)
-        .env_remove("SWITCHYARD_EXE");
+        .env_remove("SWITCHYARD_DEMO_SERVER");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -76,7 +76,7 @@ async fn check_validates_and_lists_every_error() {
     let (code, stdout, _) = run_check(
         &demo,
         &[
-            ("SWITCHYARD_EXE", "/bin/true"),
+            ("SWITCHYARD_DEMO_SERVER", "/bin/true"),
             ("DEMO_HTTP_URL", "http://127.0.0.1:1/mcp"),
         ],
     )
@@ -96,7 +96,7 @@ async fn check_validates_and_lists_every_error() {
     let (code, _, stderr) = run_check(&demo, &[]).await;
     assert_eq!(code, 1);
     assert!(
-        stderr.contains("environment variable SWITCHYARD_EXE is not set"),
+        stderr.contains("environment variable SWITCHYARD_DEMO_SERVER is not set"),
         "{stderr}"
     );
     assert!(
@@ -149,7 +149,7 @@ async fn check_refuses_auth_on_an_exposed_listener_without_resource_and_hosts() 
 async fn sigterm_stops_every_child_and_logs_their_stderr() {
     let dir = TempDir::new("sigterm");
     let port = free_port();
-    let exe = gateway_exe().display().to_string();
+    let exe = demo_server_exe().display().to_string();
     let config = dir.path("gw.yaml");
     std::fs::write(
         &config,
@@ -159,11 +159,11 @@ async fn sigterm_stops_every_child_and_logs_their_stderr() {
              \x20 - name: p\n\
              \x20   upstreams:\n\
              \x20     - name: shared\n\
-             \x20       stdio: {{command: {exe}, args: [demo-server, --stdio, --test-tools]}}\n\
+             \x20       stdio: {{command: {exe}, args: [--stdio, --test-tools]}}\n\
              \x20     - name: mine\n\
-             \x20       stdio: {{command: {exe}, args: [demo-server, --stdio, --test-tools], sharing: per-session}}\n\
+             \x20       stdio: {{command: {exe}, args: [--stdio, --test-tools], sharing: per-session}}\n\
              \x20     - name: stubborn\n\
-             \x20       stdio: {{command: {exe}, args: [demo-server, --stdio, --test-tools, --stubborn]}}\n"
+             \x20       stdio: {{command: {exe}, args: [--stdio, --test-tools, --stubborn]}}\n"
         ),
     )
     .expect("write config");

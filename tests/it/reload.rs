@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use switchyard::upstream::sse::SseParser;
 
 use crate::support::client::{RawClient, text, tool_names};
-use crate::support::config::gateway_exe;
+use crate::support::config::demo_server_exe;
 use crate::support::peers::{HttpPeer, Sdk, free_port, run_client};
 use crate::support::process::GatewayProcess;
 use crate::support::{TempDir, eventually};
@@ -84,9 +84,9 @@ async fn configmap_update_adds_and_removes_upstreams_and_tenants_under_open_sess
     let gamma = HttpPeer::demo(free_port(), &[]).await;
     let dir = TempDir::new("reload");
     let (port, admin) = (free_port(), free_port());
-    let exe = gateway_exe().display().to_string();
+    let exe = demo_server_exe().display().to_string();
     let alpha = format!(
-        "{{name: alpha, stdio: {{command: \"{exe}\", args: [demo-server, --stdio, --test-tools], sharing: shared}}}}"
+        "{{name: alpha, stdio: {{command: \"{exe}\", args: [--stdio, --test-tools], sharing: shared}}}}"
     );
     let head = format!("listen: 127.0.0.1:{port}\nadmin_listen: 127.0.0.1:{admin}\ntenants:\n");
     let v1 = format!(
@@ -357,11 +357,9 @@ async fn configmap_update_adds_and_removes_upstreams_and_tenants_under_open_sess
 async fn sighup_reloads_when_polling_is_off() {
     let dir = TempDir::new("reload-hup");
     let port = free_port();
-    let exe = gateway_exe().display().to_string();
+    let exe = demo_server_exe().display().to_string();
     let demo = |name: &str| {
-        format!(
-            "      - {{name: {name}, stdio: {{command: \"{exe}\", args: [demo-server, --stdio]}}}}\n"
-        )
+        format!("      - {{name: {name}, stdio: {{command: \"{exe}\", args: [--stdio]}}}}\n")
     };
     let head = format!(
         "listen: 127.0.0.1:{port}\ntenants:\n  - name: hup\n    prefix: {{mode: always}}\n    upstreams:\n"

@@ -8,7 +8,7 @@
 use serde_json::{Value, json};
 
 use crate::support::client::{ACCEPT_BOTH, RawClient};
-use crate::support::config::{config, gateway_exe, http, stdio, tenant, upstream};
+use crate::support::config::{config, demo_server_exe, http, stdio, tenant, upstream};
 use crate::support::gateway::TestGateway;
 use crate::support::peers::{HttpPeer, Sdk, free_port, run_client};
 use switchyard::config::{StdioSharing, UpstreamTransport};
@@ -153,8 +153,8 @@ async fn an_upstream_request_state_reaches_the_client_wrapped_and_bound() {
 #[tokio::test]
 async fn a_session_based_client_goes_through_multi_round_input_of_a_stateless_stdio_upstream() {
     let mut s = stdio(
-        gateway_exe().display().to_string(),
-        &["demo-server", "--stdio", "--conformance", "--stateless"],
+        demo_server_exe().display().to_string(),
+        &["--stdio", "--conformance", "--stateless"],
     );
     s.sharing = StdioSharing::PerSession;
     let gw = TestGateway::start(config(vec![tenant(

@@ -12,7 +12,7 @@ use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use serde_json::{Value, json};
 
 use crate::support::client::{RawClient, Reply};
-use crate::support::config::gateway_exe;
+use crate::support::config::demo_server_exe;
 use crate::support::otlp::{OtlpReceiver, ReceivedSpan};
 use crate::support::peers::{HttpPeer, free_port};
 use crate::support::process::GatewayProcess;
@@ -23,7 +23,7 @@ const SECRET: &str = "upstream-secret-7f3a9c";
 /// A tenant `acme` with a stdio upstream `alpha` and an HTTP upstream `web`, both the demo
 /// server recording what it receives; `telemetry` is the config's section (may be empty).
 fn write_config(dir: &TempDir, port: u16, web: &HttpPeer, telemetry: &str) -> std::path::PathBuf {
-    let exe = gateway_exe().display().to_string();
+    let exe = demo_server_exe().display().to_string();
     let stdio_trace = dir.path("alpha.jsonl").display().to_string();
     let text = format!(
         "listen: 127.0.0.1:{port}\n\
@@ -32,7 +32,7 @@ fn write_config(dir: &TempDir, port: u16, web: &HttpPeer, telemetry: &str) -> st
          \x20 - name: acme\n\
          \x20   prefix: {{mode: always}}\n\
          \x20   upstreams:\n\
-         \x20     - {{name: alpha, stdio: {{command: \"{exe}\", args: [demo-server, --stdio, --trace, \"{stdio_trace}\"]}}}}\n\
+         \x20     - {{name: alpha, stdio: {{command: \"{exe}\", args: [--stdio, --trace, \"{stdio_trace}\"]}}}}\n\
          \x20     - {{name: web, http: {{url: \"{url}\", headers: {{X-Api-Key: \"{SECRET}\"}}}}}}\n",
         url = web.url(),
     );

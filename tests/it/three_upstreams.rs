@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::client::{RawClient, text};
-use crate::support::config::{config, demo_stdio, gateway_exe, http, stdio, tenant, upstream};
+use crate::support::config::{config, demo_server_exe, demo_stdio, http, stdio, tenant, upstream};
 use crate::support::gateway::TestGateway;
 use crate::support::peers::{HttpPeer, Sdk, everything_stdio, free_port, run_client};
 use crate::support::{TempDir, eventually, read_trace};
@@ -21,8 +21,8 @@ fn per_session(mut s: switchyard::config::StdioConfig) -> UpstreamTransport {
 
 fn fixture() -> UpstreamConfig {
     let s = stdio(
-        gateway_exe().display().to_string(),
-        &["demo-server", "--stdio", "--conformance"],
+        demo_server_exe().display().to_string(),
+        &["--stdio", "--conformance"],
     );
     upstream("fixture", per_session(s))
 }

@@ -11,6 +11,21 @@ pub fn gateway_exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_switchyard"))
 }
 
+/// The demo server's binary (workspace crate `switchyard-demo-server`), which cargo puts next
+/// to the gateway's. `cargo test` at the workspace root builds it (so does `cargo test --test
+/// it`: the demo crate has an `it` test too); `cargo test -p switchyard` alone does not, and
+/// then this panics rather than run a stale or missing binary unnoticed.
+pub fn demo_server_exe() -> PathBuf {
+    let exe = gateway_exe().with_file_name("switchyard-demo-server");
+    assert!(
+        exe.is_file(),
+        "the demo server is not built at {}: run the tests from the workspace root \
+         (`cargo test`), or `cargo build -p switchyard-demo-server` first",
+        exe.display()
+    );
+    exe
+}
+
 pub fn stdio(command: impl Into<String>, args: &[&str]) -> StdioConfig {
     StdioConfig {
         command: command.into(),
@@ -29,18 +44,14 @@ pub fn stdio(command: impl Into<String>, args: &[&str]) -> StdioConfig {
 
 /// The project's demo server over stdio, with the test-only tools and an optional trace file.
 pub fn demo_stdio(trace: Option<&std::path::Path>) -> StdioConfig {
-    let mut args = vec![
-        "demo-server".to_string(),
-        "--stdio".into(),
-        "--test-tools".into(),
-    ];
+    let mut args = vec!["--stdio".to_string(), "--test-tools".into()];
     if let Some(t) = trace {
         args.push("--trace".into());
         args.push(t.display().to_string());
     }
     StdioConfig {
         args,
-        ..stdio(gateway_exe().display().to_string(), &[])
+        ..stdio(demo_server_exe().display().to_string(), &[])
     }
 }
 

@@ -123,8 +123,8 @@ impl HttpPeer {
 
     /// The project's demo server over HTTP (as a separate process).
     pub async fn demo(port: u16, extra: &[&str]) -> HttpPeer {
-        let mut cmd = Command::new(super::config::gateway_exe());
-        cmd.args(["demo-server", "--http", &format!("127.0.0.1:{port}")])
+        let mut cmd = Command::new(super::config::demo_server_exe());
+        cmd.args(["--http", &format!("127.0.0.1:{port}")])
             .args(extra);
         Self::spawn(cmd, port).await
     }

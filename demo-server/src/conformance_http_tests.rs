@@ -67,7 +67,7 @@ impl Events {
 
 #[tokio::test]
 async fn http_fixture_talks_back_on_the_call_stream() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    switchyard::app::install_crypto_provider();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

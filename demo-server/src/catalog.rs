@@ -18,7 +18,7 @@ pub(crate) const README_URI: &str = "demo://readme";
 
 pub(crate) const README_TEXT: &str = "Switchyard demo upstream\n\
 \n\
-A small MCP server shipped inside the switchyard binary, used by the README demo and by tests.\n\
+A small MCP server shipped with Switchyard (switchyard-demo-server), used by the README demo and by tests.\n\
 Tools: echo {message}, add {a, b}, sleep {ms, steps?} (progress + cancellation).\n\
 Prompt: greeting {name}. Resource: demo://readme (this text).\n";
 

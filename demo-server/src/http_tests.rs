@@ -57,7 +57,7 @@ fn sse_events(body: &str) -> Vec<Value> {
 
 #[tokio::test]
 async fn streamable_http_end_to_end() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    switchyard::app::install_crypto_provider();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

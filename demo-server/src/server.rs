@@ -22,8 +22,7 @@ use super::peer::{LOG_LEVELS, PEER_TIMEOUT, Peer};
 use super::tools::{self, ToolRun, ToolSet, Transport};
 use super::wire::{self, INVALID_PARAMS, METHOD_NOT_FOUND, Message};
 use super::{catalog, fixture, fixture_mrtr, fixture_tools};
-use crate::protocol::param_headers::ParamHeaders;
-use crate::router::CursorKey;
+use crate::{CursorKey, ParamHeaders};
 
 /// Protocol revisions the demo speaks, newest first.
 pub(crate) const SUPPORTED_VERSIONS: [&str; 4] =

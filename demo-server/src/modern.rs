@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::wire::{self, Message};
-use crate::protocol::param_headers::ParamHeaders;
+use crate::ParamHeaders;
 
 /// The JSON-RPC error of a request whose headers disagree with its body.
 const HEADER_MISMATCH: i32 = -32020;
@@ -219,7 +219,7 @@ mod tests {
 
     #[test]
     fn fixture_tool_calls_need_matching_param_headers() {
-        let mirrored = mirrored_tools(&crate::demo::fixture_tools::list_result(true));
+        let mirrored = mirrored_tools(&crate::fixture_tools::list_result(true));
         assert_eq!(
             mirrored.keys().collect::<Vec<_>>(),
             ["test_mcp_param_headers"]

@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 
 use super::modern::Modern;
 use super::wire::{self, INVALID_PARAMS};
-use crate::router::CursorKey;
+use crate::CursorKey;
 
 /// The error of a request that needs a capability the client did not declare.
 const MISSING_CAPABILITY: i32 = -32021;

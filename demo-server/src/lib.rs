@@ -1,5 +1,6 @@
-//! The demo upstream: a small, fast MCP server shipped in the gateway binary (README demo and
-//! test/load-test upstream), served over stdio or Streamable HTTP.
+//! The demo upstream: a small, fast MCP server shipped next to the gateway as its own binary,
+//! `switchyard-demo-server` (README demo and test/load-test upstream), served over stdio or
+//! Streamable HTTP.
 //!
 //! Tools: `echo`, `add`, `sleep` (progress + cancellation); with `test_tools` also `crash`,
 //! `stderr` and `pid`; with `hostile_tools` also `flood` and `ask`. One prompt (`greeting`), one resource (`demo://readme`). Both transports share the
@@ -22,6 +23,11 @@ mod server;
 mod stdio;
 mod tools;
 mod wire;
+
+// The two things taken from the gateway, so the fixture and the gateway agree on them: the
+// HMAC sealing of opaque tokens (MRTR `requestState`) and the `Mcp-Param-*` header rules.
+use switchyard::protocol::param_headers::ParamHeaders;
+use switchyard::router::CursorKey;
 
 #[cfg(test)]
 mod conformance_http_tests;
