@@ -351,7 +351,13 @@ impl HttpLink {
             return Ok(());
         }
         let snippet = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
-        tracing::warn!(upstream, %status, body = %snippet, "upstream answered with an error status");
+        if conn.info.era.undecided() {
+            // The first `server/discover` probe: a session-based server refusing it is the
+            // expected fallback to `initialize`, not a fault.
+            tracing::debug!(upstream, %status, body = %snippet, "upstream refused the version probe: a session-based server");
+        } else {
+            tracing::warn!(upstream, %status, body = %snippet, "upstream answered with an error status");
+        }
         Err(unavailable(
             upstream,
             format!("{ANSWERED_HTTP}{}", status.as_u16()),

@@ -186,3 +186,31 @@ async fn unsolicited_upstream_messages_reach_the_get_stream() {
     gw.stop().await;
     peer.kill().await;
 }
+
+/// The gateway's `server/discover` probe, refused by a session-based upstream (the demo
+/// server answers 400 without a session), is the expected way to find its revision: the
+/// first session works and the gateway's log (a real process, as run) holds no warning.
+#[tokio::test]
+async fn a_session_based_upstream_refusing_the_version_probe_is_not_a_warning() {
+    let peer = HttpPeer::demo(free_port(), &[]).await;
+    let dir = TempDir::new("probe-quiet");
+    let yaml = format!(
+        "tenants:\n  - name: quiet\n    upstreams:\n      - {{name: remote, http: {{url: \"{}\"}}}}\n",
+        peer.url()
+    );
+    let gw = crate::support::process::GatewayProcess::start(&yaml, &dir, "quiet").await;
+    let mut c = RawClient::new(gw.url("quiet"));
+    c.initialize().await;
+    let r = c.call_tool("add", json!({"a": 2, "b": 40})).await;
+    assert_eq!(crate::support::client::text(r.last()), "42", "{r:?}");
+    let logs = gw.stop().await;
+    assert!(logs.contains("session created"), "{logs}");
+    let noisy: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains(r#""level":"WARN""#) || l.contains(r#""level":"ERROR""#))
+        .collect();
+    assert!(
+        noisy.is_empty(),
+        "warnings on a healthy first session: {noisy:#?}"
+    );
+}
