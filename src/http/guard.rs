@@ -1,8 +1,9 @@
 //! The security front of a tenant endpoint, applied to every request before anything else:
-//! Host validation (DNS-rebinding protection), Origin validation, and bearer-token
-//! authentication. A Host or Origin that is missing (Host), repeated or malformed is a 400
-//! (RFC 9112 §3.2: the request is broken, there is nothing to match); a well-formed one that is
-//! not allowed is a 403; token failures are 401/403/400, keys out of reach 503.
+//! Host validation (DNS-rebinding protection), Origin validation (also the one rule of which
+//! browser origins `cors` grants), and bearer-token authentication. A Host or Origin that is
+//! missing (Host), repeated or malformed is a 400 (RFC 9112 §3.2: the request is broken, there
+//! is nothing to match); a well-formed one that is not allowed is a 403; token failures are
+//! 401/403/400, keys out of reach 503.
 
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
@@ -17,14 +18,25 @@ use crate::tenant::Tenant;
 /// Longest host or origin echoed in a 403 and its log line.
 const SHOWN: usize = 100;
 
-/// Checks Host and Origin, then authenticates. Returns who is calling.
+/// Host, then Origin: what every request of an endpoint passes first, a CORS preflight
+/// included (which goes no further, see `cors`). Returns the checked host.
+pub fn check_front<'p>(
+    gateway: &Gateway,
+    tenant: &Tenant,
+    parts: &'p Parts,
+) -> Result<Authority<'p>, GatewayError> {
+    let host = check_host(gateway, tenant, parts)?;
+    check_origin(gateway, tenant, &parts.headers, &host, tls(parts))?;
+    Ok(host)
+}
+
+/// Authenticates a request whose `host` `check_front` returned. Returns who is calling.
 pub async fn admit(
     gateway: &Gateway,
     tenant: &Tenant,
     parts: &Parts,
+    host: &Authority<'_>,
 ) -> Result<Principal, GatewayError> {
-    let host = check_host(gateway, tenant, parts)?;
-    check_origin(gateway, tenant, &parts.headers, &host, tls(parts))?;
     match &tenant.authenticator {
         None => Ok(match parts.extensions.get::<crate::listener::ConnInfo>() {
             Some(conn) => {
@@ -39,7 +51,7 @@ pub async fn admit(
             None => Principal::anonymous(),
         }),
         Some(auth) => {
-            let resource = resource_identity(tenant, parts, &host);
+            let resource = resource_identity(tenant, parts, host);
             auth.authenticate(&parts.headers, &parts.uri, &resource)
                 .await
         }

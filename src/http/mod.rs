@@ -1,11 +1,13 @@
 //! The HTTP front: the axum router with the health endpoint, the RFC 9728 metadata of each
-//! protected tenant, and the tenant MCP endpoints behind the security front (`guard`): the
-//! Streamable HTTP endpoint and, below it, the 2024-11-05 HTTP+SSE paths (`legacy_sse`).
+//! protected tenant, and the tenant MCP endpoints behind the security front (`guard`, and
+//! `cors` for browsers): the Streamable HTTP endpoint and, below it, the 2024-11-05 HTTP+SSE
+//! paths (`legacy_sse`).
 
 mod authority;
 mod batch;
 pub mod body;
 pub mod client_addr;
+mod cors;
 pub mod endpoint;
 pub mod guard;
 pub mod headers;
@@ -107,36 +109,60 @@ async fn dispatch(State(gateway): State<Arc<Gateway>>, req: Request) -> Response
         },
     };
     let (parts, body) = req.into_parts();
-    let principal = match guard::admit(&gateway, &tenant, &parts).await {
-        Ok(p) => p,
-        Err(e) => {
-            crate::metrics::get()
-                .auth_failures
-                .with_label_values(&[&tenant.name, e.label()])
-                .inc();
-            return e.into_response(None);
-        }
+    let host = match guard::check_front(&gateway, &tenant, &parts) {
+        Ok(host) => host,
+        Err(e) => return refused(&tenant, e),
     };
-    match legacy {
+    // A browser origin admitted by the front: a preflight is answered on that alone (no
+    // token, no session, no rate), every other answer carries the grant.
+    let grant = cors::Grant::admitted(&parts.headers);
+    let methods = match legacy {
+        None => cors::ENDPOINT_METHODS,
+        Some(legacy_sse::Route::Stream) => cors::GET_METHODS,
+        Some(legacy_sse::Route::Messages) => cors::POST_METHODS,
+    };
+    if let Some(preflight) = grant.preflight(&parts, methods) {
+        return preflight;
+    }
+    let principal = match guard::admit(&gateway, &tenant, &parts, &host).await {
+        Ok(p) => p,
+        Err(e) => return grant.apply(refused(&tenant, e)),
+    };
+    let resp = match legacy {
         None => endpoint::handle(gateway, tenant, principal, parts, body).await,
         Some(route) => legacy_sse::handle(gateway, tenant, principal, parts, body, route).await,
-    }
+    };
+    grant.apply(resp)
+}
+
+/// The answer to a request the security front refused, counted by reason.
+fn refused(tenant: &Tenant, e: crate::error::GatewayError) -> Response<Body> {
+    crate::metrics::get()
+        .auth_failures
+        .with_label_values(&[&tenant.name, e.label()])
+        .inc();
+    e.into_response(None)
 }
 
 /// RFC 9728 metadata of a tenant with `auth` (404 for tenants without), under the endpoint's
-/// Host rules: a Host the endpoint would refuse cannot have a resource named after it.
+/// Host rules: a Host the endpoint would refuse cannot have a resource named after it. The
+/// document is public, so any browser origin may read it (and preflight it).
 fn protected_resource_metadata(
     gateway: &Gateway,
     tenant: &Tenant,
     parts: &Parts,
 ) -> Response<Body> {
+    let grant = cors::Grant::public(&parts.headers);
     let Some(auth) = &tenant.authenticator else {
-        return not_found("this endpoint is not a protected resource\n");
+        return grant.apply(not_found("this endpoint is not a protected resource\n"));
     };
     let host = match guard::check_host(gateway, tenant, parts) {
         Ok(host) => host,
-        Err(e) => return e.into_response(None),
+        Err(e) => return grant.apply(e.into_response(None)),
     };
+    if let Some(preflight) = grant.preflight(parts, cors::GET_METHODS) {
+        return preflight;
+    }
     let resource = guard::resource_identity(tenant, parts, &host);
     let body = crate::auth::metadata_document(&resource, auth.config(), &tenant.config.server.name);
     let mut resp = Response::new(Body::from(body));
@@ -144,7 +170,7 @@ fn protected_resource_metadata(
         axum::http::header::CONTENT_TYPE,
         axum::http::HeaderValue::from_static("application/json"),
     );
-    resp
+    grant.apply(resp)
 }
 
 fn not_found(text: &'static str) -> Response<Body> {

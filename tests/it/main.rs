@@ -13,6 +13,7 @@ mod catalog;
 mod chart;
 mod cluster;
 mod conformance;
+mod cors;
 mod floods;
 mod fuzz;
 mod hostile_bodies;

@@ -1,8 +1,9 @@
 //! Shared test support: building configs, running a gateway on 127.0.0.1:0, raw MCP clients
-//! over real HTTP (Streamable HTTP and 2024-11-05 HTTP+SSE), and locating the external peers installed by scripts/install-test-deps.sh.
+//! over real HTTP (Streamable HTTP and 2024-11-05 HTTP+SSE), a headless browser, and locating the external peers installed by scripts/install-test-deps.sh.
 
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod client;
 pub mod config;
 pub mod gateway;
