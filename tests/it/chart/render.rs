@@ -25,10 +25,20 @@ pub fn chart_file(relative: &str) -> PathBuf {
     repo().join("helm/switchyard").join(relative)
 }
 
+fn chart_metadata() -> Value {
+    let chart = std::fs::read_to_string(chart_file("Chart.yaml")).expect("Chart.yaml");
+    yaml::document(&chart, "Chart.yaml")
+}
+
+/// The gateway version the chart deploys by default: `appVersion` in Chart.yaml, the image
+/// tag (`<appVersion>` or `<appVersion>-runtimes`) when `image.tag` is empty.
+pub fn app_version() -> String {
+    str_at(&chart_metadata(), "/appVersion").to_owned()
+}
+
 /// The oldest Kubernetes the chart supports: `kubeVersion: ">=X.Y.Z-0"` in Chart.yaml.
 pub fn oldest_kubernetes() -> String {
-    let chart = std::fs::read_to_string(chart_file("Chart.yaml")).expect("Chart.yaml");
-    let chart = yaml::document(&chart, "Chart.yaml");
+    let chart = chart_metadata();
     let constraint = str_at(&chart, "/kubeVersion");
     constraint
         .strip_prefix(">=")
