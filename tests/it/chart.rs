@@ -2,8 +2,12 @@
 //! scripts/install-test-deps.sh). This file: every ci/ values file of the Helm chart
 //! (helm/switchyard) lints, renders and passes the checks of `render`, with what each one is
 //! for; bad values are refused by the schema, and what the schema cannot express by the
-//! templates. The plain manifests, the alerts and the dashboard have their own modules.
+//! templates. The plain manifests, the alerts and the dashboard, and the container images the
+//! chart deploys have their own modules.
 
+mod build_context;
+mod dockerfile;
+mod image;
 mod monitoring;
 mod plain;
 mod promql;

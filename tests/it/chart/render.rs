@@ -19,7 +19,7 @@ use crate::support::peers::repo;
 pub const CONFIG_DIR: &str = "/etc/switchyard/config";
 pub const CONFIG_FILE: &str = "/etc/switchyard/config/gateway.yaml";
 /// The image's user (Dockerfile `USER 10001:10001`).
-const IMAGE_UID: i64 = 10001;
+pub const IMAGE_UID: i64 = 10001;
 
 pub fn chart_file(relative: &str) -> PathBuf {
     repo().join("helm/switchyard").join(relative)
