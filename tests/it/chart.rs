@@ -2,8 +2,12 @@
 //! scripts/install-test-deps.sh). This file: every ci/ values file of the Helm chart
 //! (helm/switchyard) lints, renders and passes the checks of `render`, with what each one is
 //! for; bad values are refused by the schema, and what the schema cannot express by the
-//! templates. The plain manifests, the alerts and the dashboard have their own modules.
+//! templates. The plain manifests, the alerts and the dashboard, and the container images the
+//! chart deploys have their own modules.
 
+mod build_context;
+mod dockerfile;
+mod image;
 mod monitoring;
 mod plain;
 mod promql;
@@ -16,7 +20,8 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 
 use self::render::{
-    chart_file, check_routing_config, gateway_container, routing_config, verified_render,
+    app_version, chart_file, check_routing_config, gateway_container, routing_config,
+    verified_render,
 };
 use self::tools::Helm;
 use self::yaml::{all_of, array_at, one_of, selects, str_at};
@@ -27,6 +32,7 @@ use crate::support::peers::repo;
 const CI_VALUES: &[&str] = &[
     "default-values.yaml",
     "ingress-otel-values.yaml",
+    "runtimes-npx-uvx-values.yaml",
     "tls-redis-two-tenants-values.yaml",
 ];
 
@@ -318,6 +324,83 @@ fn ingress_otel_values_render_an_ingress_and_roll_pods_on_config_changes() {
         .stdout;
     let changed = yaml::documents(&changed, "re-rendered with another ttl");
     assert_ne!(checksum(&changed), before);
+}
+
+#[test]
+fn runtimes_values_render_the_runtimes_image_with_npx_and_uvx_upstreams() {
+    let (helm, dir) = (Helm::new(), TempDir::new("chart-runtimes"));
+    let values = chart_file("ci/runtimes-npx-uvx-values.yaml");
+    let (docs, checked) = verified_render(&helm, &dir, &values, &[]);
+    assert!(
+        checked.contains("ok (1 tenant(s), 2 upstream(s)"),
+        "{checked}"
+    );
+    let version = app_version();
+    let image = |docs: &[Value]| str_at(gateway_container(docs), "/image").to_owned();
+    assert_eq!(image(&docs), format!("switchyard:{version}-runtimes"));
+
+    // npx and uvx are spawned by name (found on the image's PATH), with HOME on the writable
+    // /tmp, where their caches go; the filesystem server serves a volume of the pod.
+    let upstreams = array_at(&routing_config(&docs), "/tenants/0/upstreams").to_vec();
+    let commands: Vec<&Value> = upstreams.iter().map(|u| &u["stdio"]["command"]).collect();
+    assert_eq!(commands, [&json!("npx"), &json!("uvx")]);
+    let container = gateway_container(&docs);
+    assert_eq!(env_value(container, "HOME")["value"], "/tmp");
+    let served = upstreams[0]["stdio"]["args"]
+        .as_array()
+        .and_then(|a| a.last())
+        .expect("the served directory");
+    assert!(
+        array_at(container, "/volumeMounts")
+            .iter()
+            .any(|m| &m["mountPath"] == served),
+        "{served} is not a mount"
+    );
+    let tmp = array_at(
+        &one_of(&docs, "Deployment")["spec"]["template"]["spec"],
+        "/volumes",
+    )
+    .iter()
+    .find(|v| v["name"] == "tmp")
+    .expect("the /tmp volume")
+    .clone();
+    assert_eq!(tmp["emptyDir"]["sizeLimit"], "1Gi");
+
+    // An explicit tag gets the suffix too; a digest names one image and wins.
+    let tagged = helm
+        .template(&values, &["image.tag=1.2.3"])
+        .expect_ok()
+        .stdout;
+    assert_eq!(
+        image(&yaml::documents(&tagged, "runtimes, tag 1.2.3")),
+        "switchyard:1.2.3-runtimes"
+    );
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let pinned = helm
+        .template(&values, &[&format!("image.digest={digest}")])
+        .expect_ok()
+        .stdout;
+    assert_eq!(
+        image(&yaml::documents(&pinned, "runtimes, digest")),
+        format!("switchyard@{digest}")
+    );
+
+    // The default variant is the slim image under the plain tag; others are refused.
+    let defaults = chart_file("ci/default-values.yaml");
+    let slim = helm.template(&defaults, &[]).expect_ok().stdout;
+    assert_eq!(
+        image(&yaml::documents(&slim, "defaults")),
+        format!("switchyard:{version}")
+    );
+    let refused = helm
+        .template(&defaults, &["image.variant=alpine"])
+        .expect_failure();
+    assert!(
+        refused.contains(
+            "image.variant: image.variant must be one of the following: \"slim\", \"runtimes\""
+        ),
+        "{refused}"
+    );
 }
 
 #[test]

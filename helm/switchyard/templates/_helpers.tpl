@@ -47,8 +47,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/*
+The image: repository@digest when a digest is given (it names one image, whatever the
+variant), else repository:tag, with "-runtimes" appended to the tag for the Dockerfile's
+runtimes target (docker build --target runtimes -t switchyard:<version>-runtimes .).
+*/}}
 {{- define "switchyard.image" -}}
 {{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if eq .Values.image.variant "runtimes" }}
+{{- $tag = printf "%s-runtimes" $tag }}
+{{- end }}
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
 {{- else }}

@@ -19,16 +19,26 @@ use crate::support::peers::repo;
 pub const CONFIG_DIR: &str = "/etc/switchyard/config";
 pub const CONFIG_FILE: &str = "/etc/switchyard/config/gateway.yaml";
 /// The image's user (Dockerfile `USER 10001:10001`).
-const IMAGE_UID: i64 = 10001;
+pub const IMAGE_UID: i64 = 10001;
 
 pub fn chart_file(relative: &str) -> PathBuf {
     repo().join("helm/switchyard").join(relative)
 }
 
+fn chart_metadata() -> Value {
+    let chart = std::fs::read_to_string(chart_file("Chart.yaml")).expect("Chart.yaml");
+    yaml::document(&chart, "Chart.yaml")
+}
+
+/// The gateway version the chart deploys by default: `appVersion` in Chart.yaml, the image
+/// tag (`<appVersion>` or `<appVersion>-runtimes`) when `image.tag` is empty.
+pub fn app_version() -> String {
+    str_at(&chart_metadata(), "/appVersion").to_owned()
+}
+
 /// The oldest Kubernetes the chart supports: `kubeVersion: ">=X.Y.Z-0"` in Chart.yaml.
 pub fn oldest_kubernetes() -> String {
-    let chart = std::fs::read_to_string(chart_file("Chart.yaml")).expect("Chart.yaml");
-    let chart = yaml::document(&chart, "Chart.yaml");
+    let chart = chart_metadata();
     let constraint = str_at(&chart, "/kubeVersion");
     constraint
         .strip_prefix(">=")

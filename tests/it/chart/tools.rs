@@ -1,4 +1,4 @@
-//! The external tools of the packaging tests — helm, kubernetes-validate (both in
+//! The external tools of the packaging tests — helm, kubernetes-validate, hadolint (all in
 //! `$SWITCHYARD_PEERS/k8s-venv`) and promtool (`$SWITCHYARD_PEERS/prometheus`) — located and
 //! run. A missing tool fails the test with the command that installs it; nothing is skipped.
 
@@ -41,6 +41,10 @@ pub fn helm_exe() -> PathBuf {
 
 pub fn kubernetes_validate_exe() -> PathBuf {
     require("k8s-venv/bin/kubernetes-validate")
+}
+
+pub fn hadolint_exe() -> PathBuf {
+    require("k8s-venv/bin/hadolint")
 }
 
 pub fn promtool_exe() -> PathBuf {
