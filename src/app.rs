@@ -17,10 +17,8 @@ use crate::listener::{ListenerLimits, ServerTls, fds};
 /// How long open connections may take to finish after shutdown begins.
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 
-/// Installs the process-wide TLS crypto provider (ring). Idempotent.
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
+/// For the binary and the tests, which install it before building anything TLS.
+pub use crate::crypto::install_crypto_provider;
 
 /// Resolves on SIGINT or SIGTERM: the shutdown future of the gateway and demo server binaries.
 pub async fn shutdown_signal() {

@@ -6,6 +6,7 @@ pub mod app;
 pub mod auth;
 pub mod cluster;
 pub mod config;
+pub mod crypto;
 pub mod error;
 pub mod events;
 pub mod gateway;

@@ -57,7 +57,7 @@ impl Server {
     }
 
     async fn start_with(tls: bool, limits: ListenerLimits) -> Server {
-        crate::app::install_crypto_provider();
+        crate::crypto::install_crypto_provider();
         let (server_tls, dir, ca) = if tls {
             let dir = Dir::new("serve");
             let (cert, key, _, ca) = leaf_and_ca("serve");

@@ -11,7 +11,8 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use rustls::sign::CertifiedKey;
 
 use super::reload::{self, CertResolver, Files};
-use super::tls::{CertError, load_certified_key, provider};
+use super::tls::{CertError, load_certified_key};
+use crate::crypto::provider;
 
 /// A directory under the system temp dir, removed on drop.
 pub(super) struct Dir(pub(super) PathBuf);
@@ -66,7 +67,7 @@ pub(super) fn leaf_and_ca(cn: &str) -> (String, String, Vec<u8>, String) {
 }
 
 fn load(cert: &Path, key: &Path) -> Result<CertifiedKey, CertError> {
-    crate::app::install_crypto_provider();
+    crate::crypto::install_crypto_provider();
     load_certified_key(cert, key, &provider())
 }
 
@@ -211,7 +212,7 @@ async fn until(limit: Duration, check: impl Fn() -> bool) -> bool {
 
 #[tokio::test]
 async fn the_watcher_swaps_valid_pairs_and_keeps_the_current_one_otherwise() {
-    crate::app::install_crypto_provider();
+    crate::crypto::install_crypto_provider();
     let dir = Dir::new("watch");
     let (cert1, key1, _) = leaf("one");
     let cert_path = dir.write("cert.pem", &cert1);
