@@ -21,9 +21,6 @@ use crate::session::{
 use crate::tenant::Tenant;
 use crate::upstream::{Ending, UpstreamId};
 
-/// The user of requests on tenants without authentication.
-pub const ANONYMOUS: &str = "anonymous";
-
 pub struct Gateway {
     /// The gateway itself, for tasks that must not keep it alive (handshake deadlines).
     me: Weak<Gateway>,

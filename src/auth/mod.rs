@@ -22,6 +22,9 @@ use crate::config::{AuthConfig, JwtAlgorithm};
 use crate::error::GatewayError;
 use jose::ProtectedHeader;
 
+/// The user of requests on tenants without authentication.
+pub const ANONYMOUS: &str = "anonymous";
+
 /// Who is calling, as established by a validated token.
 #[derive(Debug, Clone)]
 pub struct Principal {
@@ -42,7 +45,7 @@ impl Principal {
     /// The principal of tenants without authentication (one budget for all: see
     /// [`Principal::charged_to`]).
     pub fn anonymous() -> Principal {
-        let user: Arc<str> = crate::gateway::ANONYMOUS.into();
+        let user: Arc<str> = ANONYMOUS.into();
         Principal {
             budget: user.clone(),
             user,
