@@ -215,14 +215,13 @@ fn bearer<'h>(
     headers: &'h HeaderMap,
     resource: &ResourceIdentity,
 ) -> Result<Option<&'h str>, GatewayError> {
-    let value =
-        crate::http::headers::once(headers, header::AUTHORIZATION.as_str()).map_err(|_| {
-            let reason = "the Authorization header must appear once";
-            GatewayError::MalformedCredentials {
-                www_authenticate: resource.challenge_invalid_request(reason),
-                reason,
-            }
-        })?;
+    let value = crate::protocol::header::once(headers, header::AUTHORIZATION).map_err(|_| {
+        let reason = "the Authorization header must appear once";
+        GatewayError::MalformedCredentials {
+            www_authenticate: resource.challenge_invalid_request(reason),
+            reason,
+        }
+    })?;
     Ok(value.and_then(|v| v.to_str().ok()).and_then(|value| {
         let (scheme, token) = value.split_once(' ')?;
         let token = token.trim();

@@ -187,7 +187,7 @@ fn target_name(method: &str, params: Option<&RawObject<'_>>) -> Option<String> {
 
 /// The value of a header that may appear once.
 fn single<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h [u8]>, GatewayError> {
-    let value = headers::once(headers, name).map_err(|headers::Repeated| {
+    let value = mcp::once(headers, name).map_err(|mcp::Repeated| {
         GatewayError::HeaderMismatch(format!("the {name} header must appear once"))
     })?;
     Ok(value.map(|v| v.as_bytes()))
