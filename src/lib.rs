@@ -20,6 +20,7 @@ pub mod protocol;
 pub mod reload;
 pub mod router;
 pub mod session;
+pub mod signing;
 pub mod telemetry;
 pub mod tenant;
 pub mod upstream;

@@ -11,8 +11,8 @@ use crate::auth::Authenticator;
 use crate::config::{Limits, PrefixMode, TenantConfig, UpstreamConfig};
 use crate::limits::concurrency::TenantGates;
 use crate::policy::ToolPolicies;
-use crate::router::CursorKey;
 use crate::session::{LegacyStreams, LiveSession, SessionId};
+use crate::signing::CursorKey;
 use crate::upstream::{Ending, Naming, Upstream, UpstreamId};
 
 /// The live sessions of a tenant on this replica, and the 2024-11-05 streams held here.

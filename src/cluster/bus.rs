@@ -133,13 +133,13 @@ impl Bus {
     /// The key a tenant signs its opaque tokens with (list cursors, MRTR states) and derives
     /// stateless session ids from: the same on every replica sharing the store, random on a
     /// lone replica.
-    pub fn tenant_key(&self, tenant: &str) -> crate::router::CursorKey {
+    pub fn tenant_key(&self, tenant: &str) -> crate::signing::CursorKey {
         match &self.secret {
             Some(secret) => {
                 let derived = ring::hmac::sign(secret, format!("tenant:{tenant}").as_bytes());
-                crate::router::CursorKey::from_secret(derived.as_ref())
+                crate::signing::CursorKey::from_secret(derived.as_ref())
             }
-            None => crate::router::CursorKey::random(),
+            None => crate::signing::CursorKey::random(),
         }
     }
 

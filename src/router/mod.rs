@@ -3,7 +3,6 @@
 //! the client's answers to server-to-client requests).
 
 mod catalog;
-mod cursor;
 mod initialize;
 pub mod mrtr;
 mod names;
@@ -14,7 +13,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-pub use cursor::CursorKey;
 pub use initialize::{Opening, initialize};
 
 use crate::auth::Principal;
