@@ -21,6 +21,7 @@ pub mod reload;
 pub mod router;
 pub mod session;
 pub mod signing;
+pub mod store;
 pub mod telemetry;
 pub mod tenant;
 pub mod upstream;

@@ -13,7 +13,7 @@ use rand::TryRng;
 use serde::{Deserialize, Serialize};
 
 use super::{Redis, RedisEvents};
-use crate::session::{SessionKey, StoreError};
+use crate::store::{SessionKey, StoreError};
 
 /// How long a GET-stream claim lives unless refreshed (refreshed with every keep-alive).
 pub const GET_CLAIM_TTL: Duration = Duration::from_secs(60);

@@ -60,7 +60,7 @@ pub struct LiveSession {
     /// Per-session process places reserved at `initialize`, and where to take more.
     processes: Mutex<SessionProcesses>,
     /// The id as logs show it (`SessionId::hashed`), computed once.
-    pub log_id: super::id::HashedId,
+    pub log_id: crate::store::HashedId,
     /// Negotiated with the client at `initialize`.
     pub protocol_version: ProtocolVersion,
     /// The transport the session was opened on (its id is valid there only).

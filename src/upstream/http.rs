@@ -18,7 +18,7 @@ use super::sse::SseParser;
 use crate::error::GatewayError;
 use crate::protocol::param_headers::ParamHeaders;
 use crate::protocol::{ProtocolVersion, header};
-use crate::session::UpstreamSessionRecord;
+use crate::store::UpstreamSessionRecord;
 use crate::telemetry::Propagation;
 
 /// How an HTTP error status is worded; [`CLIENT_ERROR_STATUS`] starts the 4xx ones.
