@@ -142,7 +142,8 @@ pub async fn open_store(config: &Config) -> Result<(SessionBackend, Bus), String
                 .signing_secret()
                 .await
                 .map_err(|e| format!("cannot read the replicas' signing secret: {e}"))?;
-            let bus = Bus::redis(redis.clone(), config.sessions.ttl, secret);
+            let mirror_len = crate::events::LogLimits::default().max_events;
+            let bus = Bus::redis(redis.clone(), config.sessions.ttl, secret, mirror_len);
             Ok((SessionBackend::Redis(RedisSessionStore::new(redis)), bus))
         }
     }
