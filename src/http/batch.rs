@@ -22,10 +22,10 @@ use crate::error::GatewayError;
 use crate::events::{self, MessageKind, StreamKind};
 use crate::gateway::Gateway;
 use crate::jsonrpc::{self, Message, ParseError};
-use crate::limits::sessions::{self as session_caps, InFlightGuard};
+use crate::limits::sessions as session_caps;
 use crate::protocol::ProtocolVersion;
 use crate::router::{self, Reply};
-use crate::session::LiveSession;
+use crate::session::{InFlightGuard, LiveSession};
 use crate::tenant::Tenant;
 use crate::upstream::{ForwardStream, StreamItem};
 

@@ -375,7 +375,7 @@ async fn respond_stream(
     session: &Arc<LiveSession>,
     mut stream: ForwardStream,
     id: &serde_json::value::RawValue,
-    in_flight: crate::limits::sessions::InFlightGuard,
+    in_flight: crate::session::InFlightGuard,
 ) -> Response<Body> {
     match stream.next().await {
         Some(StreamItem::Final(body)) => json(body),

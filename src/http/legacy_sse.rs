@@ -414,7 +414,7 @@ fn answer(
     session: &Arc<LiveSession>,
     principal: &Principal,
     bytes: Bytes,
-    in_flight: crate::limits::sessions::InFlightGuard,
+    in_flight: crate::session::InFlightGuard,
 ) {
     let pump = gateway.pump_started();
     let (gateway, tenant, session, principal) = (

@@ -9,13 +9,15 @@ use std::time::Instant;
 
 use super::server_requests::ServerRequests;
 pub use super::server_requests::{ProgressMapping, ServerRequestRoute};
-use super::{ClientTransport, SessionKey, SessionRecord, UpstreamSessionRecord};
+use super::{
+    ClientTransport, InFlight, ProcessPermit, ProcessSource, SessionKey, SessionRecord,
+    UpstreamSessionRecord,
+};
 use crate::cluster::Bus;
 use crate::config::SessionBounds;
 use crate::error::ServerRequestRefusal;
 use crate::events::{EventLimits, SessionEvents, StreamLog};
 use crate::jsonrpc::{self, OwnedId, RawObject};
-use crate::limits::sessions::{InFlight, ProcessPermit, ProcessSource};
 use crate::protocol::ProtocolVersion;
 use crate::upstream::{Connection, Ending, UpstreamId};
 use bytes::Bytes;

@@ -4,9 +4,11 @@
 //! store contract) is `store`, below; it is re-exported here for the layers above.
 
 mod backend;
+mod in_flight;
 mod legacy;
 mod live;
 pub mod memory;
+mod processes;
 mod server_requests;
 
 pub use crate::store::{
@@ -14,5 +16,7 @@ pub use crate::store::{
     UpstreamSessionRecord,
 };
 pub use backend::SessionBackend;
+pub use in_flight::{InFlight, InFlightGuard};
 pub use legacy::LegacyStreams;
 pub use live::{GetSlot, LiveSession, ServerRequestRoute};
+pub use processes::{ProcessCap, ProcessPermit, ProcessSource, Processes, Refusal};

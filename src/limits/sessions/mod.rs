@@ -1,29 +1,28 @@
 //! Session-level caps: live sessions per user and per tenant (`admit` at `initialize`, before
 //! any upstream is reached; `refresh` with the record's time-to-live; `release` when the
-//! session ends), per-session processes (`processes`), requests in flight per session
-//! (`enter_request`), batch length (`check_batch`). The handshake deadline is `handshake`.
+//! session ends), per-session processes (`reserve_processes`, counted by
+//! `session::Processes`), requests in flight per session (`enter_request`, counted by
+//! `session::InFlight`), batch length (`check_batch`). The handshake deadline is `handshake`.
 //! Session counts live in Redis with the Redis store (`shared`: one script, one round trip)
 //! and in the process with the memory store (`local`); processes and requests in flight are
 //! counted per replica.
 
 pub mod handshake;
-mod in_flight;
 mod local;
-mod processes;
 mod shared;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use in_flight::{InFlight, InFlightGuard};
 use local::LocalSessions;
-pub use processes::{ProcessCap, ProcessPermit, ProcessSource, Processes};
 use shared::{Op, SharedSessions};
 
 use super::outcome::{StoreErrors, counted as counted_refusal};
 use crate::cluster::Redis;
 use crate::error::{GatewayError, LimitRefusal};
-use crate::session::{LiveSession, StoreError};
+use crate::session::{
+    InFlightGuard, LiveSession, ProcessCap, ProcessPermit, ProcessSource, Processes, StoreError,
+};
 use crate::tenant::Tenant;
 
 /// What a client refused a new session is told to wait: sessions end at any moment (a
@@ -179,6 +178,7 @@ impl SessionCaps {
             self.processes.clone(),
             tenant.name.clone(),
             tenant.config.limits.session_processes,
+            process_refusal,
         )
     }
 
