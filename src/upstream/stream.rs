@@ -15,7 +15,6 @@ use super::{Connection, StreamEvent};
 use crate::error::GatewayError;
 use crate::events::MessageKind;
 use crate::jsonrpc::OwnedId;
-use crate::limits::concurrency::Permit;
 use crate::session::LiveSession;
 
 /// What the client gets next for a forwarded request.
@@ -53,9 +52,9 @@ struct Inner {
     span: tracing::Span,
     /// Whether dropping the stream before its end cancels the upstream request.
     cancel_on_drop: bool,
-    /// The slot at a gated upstream the request holds (`limits.concurrency`): given back
-    /// when the request ends, however it ends (dropped with the rest).
-    _slot: Option<Permit>,
+    /// What the request holds while it runs (a gated upstream's slot, `limits.concurrency`):
+    /// given back when the request ends, however it ends (dropped with the rest).
+    _held: Option<Box<dyn Send + Sync>>,
 }
 
 impl ForwardStream {
@@ -86,7 +85,7 @@ impl ForwardStream {
                 audit_tool: None,
                 span,
                 cancel_on_drop: false,
-                _slot: None,
+                _held: None,
             }),
         }
     }
@@ -99,10 +98,10 @@ impl ForwardStream {
         self
     }
 
-    /// Holds `slot` (a gated upstream's, `limits.concurrency`) until the request ends.
-    pub fn holding(mut self, slot: Option<Permit>) -> ForwardStream {
+    /// Holds `held` (a gated upstream's slot, `limits.concurrency`) until the request ends.
+    pub fn holding(mut self, held: Option<impl Send + Sync + 'static>) -> ForwardStream {
         if let Some(inner) = self.inner.as_mut() {
-            inner._slot = slot;
+            inner._held = held.map(|h| Box::new(h) as Box<dyn Send + Sync>);
         }
         self
     }
