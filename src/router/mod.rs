@@ -316,26 +316,13 @@ async fn forward(
         }
         _ => None,
     };
+    let owner = Arc::downgrade(session);
     let (upstream_id, rx, span) = conn
-        .forward(
-            method,
-            params,
-            client_id,
-            Arc::downgrade(session),
-            shape,
-            mirror,
-        )
+        .forward(method, params, client_id, owner.clone(), shape, mirror)
         .await?;
     session.begin_inflight(client_id, conn.clone(), upstream_id);
-    let stream = ForwardStream::new(
-        rx,
-        conn,
-        upstream_id,
-        client_id.to_owned(),
-        Arc::downgrade(session),
-        span,
-    )
-    .holding(slot);
+    let stream =
+        ForwardStream::new(rx, conn, upstream_id, client_id.to_owned(), owner, span).holding(slot);
     // Every tool call leaves an audit event when it ends.
     let tool = (method == "tools/call")
         .then(|| {
@@ -679,7 +666,7 @@ async fn shared_subscription(
     let must_forward = if subscribe {
         conn.add_subscriber(uri, session)
     } else {
-        conn.remove_subscriber(uri, session)
+        conn.remove_subscriber(uri, &**session)
     };
     Ok((!must_forward).then(|| Reply::Json(jsonrpc::result_response(req.id, b"{}"))))
 }

@@ -4,19 +4,20 @@
 //! store contract) is `store`, below; it is re-exported here for the layers above.
 
 mod backend;
+mod directory;
 mod in_flight;
 mod legacy;
 mod live;
 pub mod memory;
 mod processes;
-mod server_requests;
 
 pub use crate::store::{
     ClientTransport, HashedId, SessionId, SessionKey, SessionRecord, SessionStore, StoreError,
     UpstreamSessionRecord,
 };
 pub use backend::SessionBackend;
+pub use directory::SessionDirectory;
 pub use in_flight::{InFlight, InFlightGuard};
 pub use legacy::LegacyStreams;
-pub use live::{GetSlot, LiveSession, ServerRequestRoute};
+pub use live::{GetSlot, LiveSession};
 pub use processes::{ProcessCap, ProcessPermit, ProcessSource, Processes, Refusal};

@@ -15,6 +15,8 @@ use tracing::Instrument;
 use super::handshake::{InitParams, UpstreamServer};
 use super::http::{HttpLink, McpHeaders};
 use super::legacy_sse::SseLink;
+use super::owner::{ClientSession, Owner};
+use super::server_requests::{ServerRequestRoute, refused};
 use super::stdio::StdioLink;
 use super::{StreamEvent, UpstreamInfo};
 use crate::error::{GatewayError, ServerRequestRefusal};
@@ -22,17 +24,7 @@ use crate::jsonrpc::{self, Message, Notification, Outcome, OwnedId, RawObject, R
 use crate::protocol::param_headers::ParamHeaders;
 use crate::protocol::rewrite::{self, ResultShape};
 use crate::protocol::{ListKind, ProtocolVersion, modern};
-use crate::session::{LiveSession, ServerRequestRoute};
 use crate::telemetry::{self, Propagation};
-
-/// Who receives what an upstream sends outside of any request.
-pub enum Owner {
-    /// A connection dedicated to one client session.
-    Session(Weak<LiveSession>),
-    /// A connection shared by every session of a tenant; unsolicited messages that concern
-    /// everyone (list changes) are broadcast through the directory, others are logged.
-    Shared(Weak<crate::tenant::SessionDirectory>),
-}
 
 /// Why a session's live state on this replica goes away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +52,15 @@ pub enum InternalReply {
     Error(Box<RawValue>),
 }
 
+impl From<Outcome<'_>> for InternalReply {
+    fn from(outcome: Outcome<'_>) -> InternalReply {
+        match outcome {
+            Outcome::Result(r) => InternalReply::Result(r.to_owned()),
+            Outcome::Error(e) => InternalReply::Error(e.to_owned()),
+        }
+    }
+}
+
 /// A request awaiting its answer.
 enum Pending {
     /// A client request forwarded as is; its events go to the client's response stream.
@@ -73,7 +74,7 @@ pub(super) struct ForwardSlot {
     pub(super) client_id: OwnedId,
     /// The client's own `progressToken`, restored on progress notifications.
     client_token: Option<Box<RawValue>>,
-    pub(super) session: Weak<LiveSession>,
+    pub(super) session: Weak<dyn ClientSession>,
     /// Where resource URIs sit in the result, when they must be namespaced.
     shape: Option<ResultShape>,
     /// The request as the client sent it, kept when the gateway must retry it itself.
@@ -94,7 +95,8 @@ pub struct Connection {
     /// client's retry): on stdio, a message without relation is not theirs.
     waiting: DashMap<u64, ()>,
     /// On a shared connection: which sessions subscribed to which upstream resource URI.
-    subscriptions: std::sync::Mutex<std::collections::HashMap<String, Vec<Weak<LiveSession>>>>,
+    subscriptions:
+        std::sync::Mutex<std::collections::HashMap<String, Vec<Weak<dyn ClientSession>>>>,
     server: RwLock<Option<Arc<UpstreamServer>>>,
     /// The upstream speaks the stateless revision (or is being probed for it): requests carry
     /// the revision's `_meta` and headers, and `input_required` results are handled.
@@ -146,7 +148,7 @@ impl Connection {
 
     /// Records `session` as a subscriber of `uri`; true when it is the first, i.e. the
     /// subscription must be made upstream.
-    pub fn add_subscriber(&self, uri: &str, session: &Arc<LiveSession>) -> bool {
+    pub fn add_subscriber(&self, uri: &str, session: &Arc<impl ClientSession + 'static>) -> bool {
         let Ok(mut subs) = self.subscriptions.lock() else {
             return true;
         };
@@ -155,23 +157,23 @@ impl Connection {
         let first = list.is_empty();
         if !list
             .iter()
-            .any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(session)))
+            .any(|w| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(session)))
         {
-            list.push(Arc::downgrade(session));
+            list.push(Arc::downgrade(session) as Weak<dyn ClientSession>);
         }
         first
     }
 
     /// Removes `session` from the subscribers of `uri`; true when none is left, i.e. the
     /// subscription must be ended upstream.
-    pub fn remove_subscriber(&self, uri: &str, session: &LiveSession) -> bool {
+    pub fn remove_subscriber(&self, uri: &str, session: &dyn ClientSession) -> bool {
         let Ok(mut subs) = self.subscriptions.lock() else {
             return true;
         };
         let Some(list) = subs.get_mut(uri) else {
             return true;
         };
-        list.retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), session));
+        list.retain(|w| w.strong_count() > 0 && !std::ptr::addr_eq(w.as_ptr(), session));
         let last = list.is_empty();
         if last {
             subs.remove(uri);
@@ -180,13 +182,13 @@ impl Connection {
     }
 
     /// Drops a closing session from every subscription; returns the URIs nobody follows now.
-    pub fn forget_subscriber(&self, session: &LiveSession) -> Vec<String> {
+    pub fn forget_subscriber(&self, session: &dyn ClientSession) -> Vec<String> {
         let Ok(mut subs) = self.subscriptions.lock() else {
             return Vec::new();
         };
         let mut orphaned = Vec::new();
         subs.retain(|uri, list| {
-            list.retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), session));
+            list.retain(|w| w.strong_count() > 0 && !std::ptr::addr_eq(w.as_ptr(), session));
             if list.is_empty() {
                 orphaned.push(uri.clone());
                 false
@@ -205,7 +207,7 @@ impl Connection {
             .unwrap_or_default()
     }
 
-    fn subscribers(&self, uri: &str) -> Vec<Arc<LiveSession>> {
+    fn subscribers(&self, uri: &str) -> Vec<Arc<dyn ClientSession>> {
         self.subscriptions
             .lock()
             .ok()
@@ -255,7 +257,10 @@ impl Connection {
 
     /// What a request of the stateless revision says about its client in `_meta`: the
     /// session's client when it has one, else what the connection was opened with.
-    fn stateless_meta<'s>(&'s self, session: Option<&'s LiveSession>) -> Option<StatelessMeta<'s>> {
+    fn stateless_meta<'s>(
+        &'s self,
+        session: Option<&'s dyn ClientSession>,
+    ) -> Option<StatelessMeta<'s>> {
         if !self.is_stateless() {
             return None;
         }
@@ -271,7 +276,7 @@ impl Connection {
         Some(StatelessMeta {
             client,
             log_level: session
-                .and_then(LiveSession::log_level)
+                .and_then(|s| s.log_level())
                 .map(|l| jsonrpc::raw_string(&l)),
         })
     }
@@ -317,7 +322,7 @@ impl Connection {
         method: &str,
         params: Option<&RawValue>,
         client_id: &RawValue,
-        session: Weak<LiveSession>,
+        session: Weak<dyn ClientSession>,
         shape: Option<ResultShape>,
         mirror: Option<Arc<ParamHeaders>>,
     ) -> Result<(u64, super::sink::EventSource, tracing::Span), GatewayError> {
@@ -329,7 +334,7 @@ impl Connection {
         let live = session.upgrade();
         let retry = live
             .as_ref()
-            .filter(|s| self.is_stateless() && !s.protocol_version.is_stateless())
+            .filter(|s| self.is_stateless() && !s.protocol_version().is_stateless())
             .map(|_| super::retry::Original {
                 method: method.into(),
                 params: params.map(ToOwned::to_owned),
@@ -359,7 +364,7 @@ impl Connection {
         mut slot: ForwardSlot,
         method: &str,
         params: Option<&RawValue>,
-        session: Option<&LiveSession>,
+        session: Option<&dyn ClientSession>,
         trace: Option<Propagation>,
     ) -> Result<u64, GatewayError> {
         let id = self.allocate_id();
@@ -699,11 +704,7 @@ impl Connection {
                         let _ = slot.sink.send(StreamEvent::Response(Bytes::from(out)));
                     }
                     Some((_, Pending::Internal(tx))) => {
-                        let reply = match r.outcome {
-                            Outcome::Result(v) => InternalReply::Result(v.to_owned()),
-                            Outcome::Error(e) => InternalReply::Error(e.to_owned()),
-                        };
-                        let _ = tx.send(Ok(reply));
+                        let _ = tx.send(Ok(InternalReply::from(r.outcome)));
                     }
                     None => {
                         tracing::debug!(upstream = %self.info.name, id, "late response dropped (request already finished)");
@@ -869,7 +870,7 @@ impl Connection {
     }
 
     /// The session a message belongs to: the related request's session, else the owner.
-    fn session_for(&self, related: Option<u64>) -> Option<Arc<LiveSession>> {
+    fn session_for(&self, related: Option<u64>) -> Option<Arc<dyn ClientSession>> {
         if let Some(id) = related
             && let Some(entry) = self.pending.get(&id)
             && let Pending::Forward(slot) = entry.value()
@@ -886,7 +887,7 @@ impl Connection {
     /// client did not declare the capability for is refused at once, never forwarded; else it
     /// gets a client-facing id (refused when the session has its limit waiting already; it
     /// expires unanswered), is delivered on the related response stream or the session's GET
-    /// stream, and the client's answer is routed back by [`LiveSession`].
+    /// stream, and the client's answer is routed back by the session (`ClientSession`).
     fn on_server_request(self: &Arc<Self>, r: &Request<'_>, related: Option<u64>) {
         let related = self.infer_related(related);
         let Some(session) = self.session_for(related) else {
@@ -941,12 +942,15 @@ impl Connection {
         );
         // Delivery may go to another replica's GET stream; if it turns out nobody holds one,
         // the upstream gets a refusal instead of waiting forever.
-        let delivered = session.deliver_or(out, move || {
-            if let Some(s) = weak.upgrade() {
-                s.take_server_request(&cid);
-            }
-            conn.refuse_server_request(&upstream_id, &method, &NO_STREAM);
-        });
+        let delivered = session.deliver_or(
+            out,
+            Box::new(move || {
+                if let Some(s) = weak.upgrade() {
+                    s.take_server_request(&cid);
+                }
+                conn.refuse_server_request(&upstream_id, &method, &NO_STREAM);
+            }),
+        );
         if !delivered {
             session.take_server_request(client_id.get());
             self.refuse_server_request(r.id, &r.method, &NO_STREAM);
@@ -961,11 +965,7 @@ impl Connection {
         refusal: &ServerRequestRefusal,
     ) {
         tracing::warn!(upstream = %self.info.name, method, reason = %refusal, "a request to the client was refused by the gateway");
-        crate::metrics::get()
-            .server_requests_refused
-            .with_label_values(&[refusal.label()])
-            .inc();
-        let err = refusal.error_object();
+        let err = refused(refusal);
         let conn = self.clone();
         let id = id.to_owned();
         tokio::spawn(async move { conn.respond(&id, Outcome::Error(&err)).await });

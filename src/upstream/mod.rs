@@ -10,7 +10,9 @@ mod handshake;
 mod http;
 mod http_client;
 mod legacy_sse;
+mod owner;
 mod retry;
+mod server_requests;
 mod sink;
 pub mod sse;
 mod stdio;
@@ -23,50 +25,16 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use catalog::{Catalog, Page, PageKey};
-pub use connection::{Connection, Ending, InternalReply, Link, Owner};
+pub use connection::{Connection, Ending, InternalReply, Link};
 pub use handshake::{InitParams, UpstreamServer, error_message};
+pub use owner::{Broadcast, ClientSession, Owner};
 pub use retry::Answer;
+pub use server_requests::{ProgressMapping, ServerRequestRoute, ServerRequests, answer, refuse};
 pub use stdio::LinkState;
 pub use stream::{ForwardStream, StreamItem};
 
-/// Delivers the client's answer to a server-to-client request to whoever asked: the
-/// upstream, or the gateway's own retry dance (`retry.rs`).
-pub async fn answer(
-    route: crate::session::ServerRequestRoute,
-    outcome: crate::jsonrpc::Outcome<'_>,
-) {
-    if let Some(tx) = &route.answer_to {
-        let reply = match outcome {
-            crate::jsonrpc::Outcome::Result(r) => InternalReply::Result(r.to_owned()),
-            crate::jsonrpc::Outcome::Error(e) => InternalReply::Error(e.to_owned()),
-        };
-        let key = serde_json::from_str::<String>(route.upstream_id.get()).unwrap_or_default();
-        let _ = tx.send((key.into(), reply));
-        return;
-    }
-    if let Some(conn) = route.connection.upgrade() {
-        conn.respond(&route.upstream_id, outcome).await;
-    }
-}
-
-/// Answers a server-to-client request the client will not answer (it expired, or the session
-/// ended) with `refusal`'s error, to whoever asked.
-pub async fn refuse(
-    route: crate::session::ServerRequestRoute,
-    refusal: &crate::error::ServerRequestRefusal,
-) {
-    crate::metrics::get()
-        .server_requests_refused
-        .with_label_values(&[refusal.label()])
-        .inc();
-    let error = refusal.error_object();
-    answer(route, crate::jsonrpc::Outcome::Error(&error)).await;
-}
-
 use crate::config::{Limits, StdioSharing, UpstreamConfig, UpstreamTransport};
 use crate::error::GatewayError;
-use crate::session::LiveSession;
-use crate::tenant::SessionDirectory;
 use credentials::Credentials;
 use http::HttpLink;
 use http_client::OriginClient;
@@ -164,7 +132,7 @@ impl Upstream {
         config: &UpstreamConfig,
         limits: &Limits,
         naming: Naming<'_>,
-        directory: Weak<SessionDirectory>,
+        directory: Weak<dyn Broadcast>,
     ) -> Result<Arc<Upstream>, String> {
         let info = Arc::new(UpstreamInfo {
             name: config.name.as_str().into(),
@@ -268,12 +236,12 @@ impl Upstream {
 
     /// The pooled connection a session is pinned to: chosen by its id, so every replica
     /// agrees and one session's requests keep one upstream process.
-    fn pooled_for(&self, session: &LiveSession) -> Option<&Arc<Connection>> {
+    fn pooled_for(&self, session: &dyn ClientSession) -> Option<&Arc<Connection>> {
         let pool = self.pool();
         if pool.is_empty() {
             return None;
         }
-        Some(&pool[session.key.id.spread() % pool.len()])
+        Some(&pool[session.pin() % pool.len()])
     }
 
     /// A ready connection for `session`: the shared one, or a new dedicated one (a child
@@ -282,23 +250,19 @@ impl Upstream {
     /// The boolean tells whether the session owns it (and must close it).
     pub async fn connect(
         &self,
-        session: &Arc<LiveSession>,
+        session: &Arc<impl ClientSession + 'static>,
     ) -> Result<(Arc<Connection>, bool), GatewayError> {
-        let params = InitParams {
-            protocol_version: session.protocol_version,
-            capabilities: session.client_capabilities.clone(),
-            client_info: session.client_info.clone(),
-        };
+        let params = session.init_params();
         if self.retired.load(std::sync::atomic::Ordering::Acquire) {
             return Err(GatewayError::UpstreamUnavailable {
                 upstream: self.info.name.to_string(),
                 reason: "removed from the routing config".into(),
             });
         }
-        let owner = Owner::Session(Arc::downgrade(session));
+        let owner = Owner::Session(Arc::downgrade(session) as Weak<dyn ClientSession>);
         match &self.kind {
             UpstreamKind::Stdio { pool } if !pool.is_empty() => {
-                let conn = self.pooled_for(session).ok_or(GatewayError::Internal)?;
+                let conn = self.pooled_for(&**session).ok_or(GatewayError::Internal)?;
                 conn.ready(self.info.init_timeout).await?;
                 Ok((conn.clone(), false))
             }

@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::{Connection, InternalReply};
-use crate::session::LiveSession;
+use super::{ClientSession, Connection, InternalReply};
 
 /// The pause before re-opening a subscription that ended, doubling up to the longest while
 /// subscriptions end soon after opening.
@@ -36,11 +35,16 @@ impl Connection {
     /// A session's `resources/subscribe` (or unsubscribe) of `uri` on a stateless upstream:
     /// followed through the gateway's subscription, opened again with the new set when the
     /// set changes.
-    pub fn follow_resource(self: &Arc<Self>, uri: &str, session: &Arc<LiveSession>, on: bool) {
+    pub fn follow_resource(
+        self: &Arc<Self>,
+        uri: &str,
+        session: &Arc<impl ClientSession + 'static>,
+        on: bool,
+    ) {
         let changed = if on {
             self.add_subscriber(uri, session)
         } else {
-            self.remove_subscriber(uri, session)
+            self.remove_subscriber(uri, &**session)
         };
         if self.subscribed.load(Ordering::Acquire) {
             if changed {
