@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::auth::Authenticator;
 use crate::config::{Limits, PrefixMode, TenantConfig, UpstreamConfig};
+use crate::limits::TenantView;
 use crate::limits::concurrency::TenantGates;
 use crate::policy::ToolPolicies;
 use crate::session::SessionDirectory;
@@ -155,6 +156,15 @@ impl Tenant {
             gates,
         });
         Ok((tenant, retired))
+    }
+
+    /// The tenant as the limits read it: name, config and gates.
+    pub fn for_limits(&self) -> TenantView<'_> {
+        TenantView {
+            name: &self.name,
+            config: &self.config,
+            gates: &self.gates,
+        }
     }
 
     /// Whether the tool list of `upstream` at `generation` still has to be checked against the

@@ -474,7 +474,9 @@ async fn route_by_name(
             ListKind::Tools => Call::ToolIn(req.params),
             _ => Call::Other,
         };
-        let slot = gates.admit(tenant, principal, upstream, call).await?;
+        let slot = gates
+            .admit(&tenant.for_limits(), principal, upstream, call)
+            .await?;
         return forward(
             session,
             upstream,
@@ -515,7 +517,7 @@ async fn route_by_name(
         gateway
             .limiter
             .rates
-            .check_call(tenant, principal, upstream.name(), &own)
+            .check_call(&tenant.for_limits(), principal, upstream.name(), &own)
             .await?;
     }
     // Last: a slot is held only by a call that is sent.
@@ -523,7 +525,9 @@ async fn route_by_name(
         ListKind::Tools => Call::Tool(&own),
         _ => Call::Other,
     };
-    let slot = gates.admit(tenant, principal, upstream, call).await?;
+    let slot = gates
+        .admit(&tenant.for_limits(), principal, upstream, call)
+        .await?;
     params.set("name", jsonrpc::raw_string(&own));
     let params = params.to_raw();
     forward(
@@ -616,7 +620,7 @@ async fn read_slot(
     gateway
         .limiter
         .concurrency
-        .admit(tenant, principal, upstream, Call::Other)
+        .admit(&tenant.for_limits(), principal, upstream, Call::Other)
         .await
 }
 

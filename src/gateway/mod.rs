@@ -3,6 +3,8 @@
 //! replica created), persist, expire, delete. A config reload swaps the tenant table whole
 //! (`apply`); requests read it without locks.
 
+pub mod handshake;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -398,7 +400,7 @@ impl Gateway {
         };
         let session = LiveSession::from_record(key, record, self.bus.clone())
             .with_bounds(self.session_bounds)
-            .with_process_source(self.limiter.sessions.process_source(tenant));
+            .with_process_source(self.limiter.sessions.process_source(&tenant.for_limits()));
         let session = Arc::new(session);
         tracing::info!(tenant = %tenant.name, session = ?session.key.id, replica = %self.bus.replica, "session continued on this replica");
         // Two requests racing here keep one live state.
