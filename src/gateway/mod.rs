@@ -37,7 +37,7 @@ pub struct Gateway {
     pub session_bounds: crate::config::SessionBounds,
     pub limits: Limits,
     /// Reads every client request body under `limits` and the process-wide body budget.
-    pub bodies: crate::http::body::BodyReader,
+    pub bodies: crate::listener::body::BodyReader,
     /// Tenant limits' state (buckets, session counters, upstream gates).
     pub limiter: crate::limits::Limiter,
     /// Proxies trusted to name the client (`Forwarded`, `X-Forwarded-For`), for the client
@@ -170,7 +170,7 @@ impl Gateway {
             session_ttl: config.sessions.ttl,
             session_bounds: config.sessions.bounds,
             limits: config.limits.clone(),
-            bodies: crate::http::body::BodyReader::new(&config.limits),
+            bodies: crate::listener::body::BodyReader::new(&config.limits),
             trusted_proxies: config.trusted_proxies.clone(),
             limiter,
             loopback: config.listen.ip().to_canonical().is_loopback(),

@@ -4,7 +4,6 @@
 
 mod authority;
 mod batch;
-pub mod body;
 pub mod client_addr;
 pub mod endpoint;
 pub mod guard;
