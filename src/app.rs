@@ -41,8 +41,7 @@ pub async fn shutdown_signal() {
 /// starts shared upstream processes and the bus to other replicas.
 pub async fn build(config: &Config) -> Result<Arc<Gateway>, String> {
     install_crypto_provider();
-    let (store, bus) = crate::gateway::open_store(config).await?;
-    Gateway::start(config, store, bus)
+    Gateway::open(config, Box::new(http::Relay)).await
 }
 
 /// Serves `gateway` on `listener` (HTTPS when `tls` is set, with the certificate files
