@@ -172,3 +172,7 @@ async fn reap_idle_sessions(gateway: Arc<Gateway>) {
         gateway.expire_idle().await;
     }
 }
+
+#[cfg(test)]
+#[path = "app_tests.rs"]
+mod tests;

@@ -20,7 +20,7 @@ mod watchdog;
 #[cfg(test)]
 mod serve_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -15,10 +15,10 @@ use super::tls::{CertError, load_certified_key};
 use crate::crypto::provider;
 
 /// A directory under the system temp dir, removed on drop.
-pub(super) struct Dir(pub(super) PathBuf);
+pub(crate) struct Dir(pub(crate) PathBuf);
 
 impl Dir {
-    pub(super) fn new(label: &str) -> Dir {
+    pub(crate) fn new(label: &str) -> Dir {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!(
@@ -30,7 +30,7 @@ impl Dir {
         Dir(dir)
     }
 
-    pub(super) fn write(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+    pub(crate) fn write(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
         let path = self.0.join(name);
         std::fs::write(&path, contents).unwrap();
         path
@@ -50,7 +50,7 @@ fn leaf(cn: &str) -> (String, String, Vec<u8>) {
 }
 
 /// [`leaf`] and the PEM of its CA.
-pub(super) fn leaf_and_ca(cn: &str) -> (String, String, Vec<u8>, String) {
+pub(crate) fn leaf_and_ca(cn: &str) -> (String, String, Vec<u8>, String) {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
