@@ -25,3 +25,6 @@ pub mod store;
 pub mod telemetry;
 pub mod tenant;
 pub mod upstream;
+
+#[cfg(test)]
+mod tidy;
