@@ -10,10 +10,11 @@ use ::http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use ::http::{Method, StatusCode};
 use bytes::{Bytes, BytesMut};
 
-use super::connection::{Connection, Link};
+use super::connection::Connection;
 use super::credentials::Credentials;
 use super::handshake;
 use super::http_client::{OriginClient, Response};
+use super::link::Link;
 use super::sse::SseParser;
 use crate::error::GatewayError;
 use crate::protocol::param_headers::ParamHeaders;

@@ -9,8 +9,12 @@ mod credentials;
 mod handshake;
 mod http;
 mod http_client;
+mod inbound;
 mod legacy_sse;
+mod link;
+mod meta;
 mod owner;
+mod pending;
 mod retry;
 mod server_requests;
 mod sink;
@@ -25,8 +29,9 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use catalog::{Catalog, Page, PageKey};
-pub use connection::{Connection, Ending, InternalReply, Link};
+pub use connection::{Connection, InternalReply};
 pub use handshake::{InitParams, UpstreamServer, error_message};
+pub use link::{Ending, Link};
 pub use owner::{Broadcast, ClientSession, Owner};
 pub use retry::Answer;
 pub use server_requests::{ProgressMapping, ServerRequestRoute, ServerRequests, answer, refuse};
@@ -39,6 +44,7 @@ use credentials::Credentials;
 use http::HttpLink;
 use http_client::OriginClient;
 use legacy_sse::SseLink;
+use link::start_stdio;
 use stdio::StdioLink;
 
 /// What every connection to one upstream shares: its name and bounds.
@@ -353,65 +359,5 @@ impl Upstream {
     /// Stops the shared processes, if any.
     pub async fn shutdown(&self) {
         futures_util::future::join_all(self.pool().iter().map(|c| c.close())).await;
-    }
-}
-
-fn start_stdio(conn: &Arc<Connection>) {
-    if let Link::Stdio(l) = &conn.link {
-        l.start(
-            Arc::downgrade(conn),
-            conn.info.init_timeout,
-            conn.info.max_message,
-        );
-    }
-}
-
-impl Connection {
-    /// Starts relaying the upstream's own stream of unsolicited messages (HTTP GET stream,
-    /// or the gateway's `subscriptions/listen` on a stateless upstream). Stdio upstreams
-    /// always relay; this is a no-op for them.
-    pub fn listen(self: &Arc<Self>) {
-        if self.is_stateless() {
-            self.subscribe();
-            return;
-        }
-        if let Link::Http(l) = &self.link {
-            l.listen(self);
-        }
-    }
-
-    /// Whether the link carries requests now (stdio: handshake done; HTTP: always, as its
-    /// sessions open on demand; SSE: a stream is open and initialized).
-    pub fn is_ready(&self) -> bool {
-        match &self.link {
-            Link::Stdio(l) => matches!(l.state(), LinkState::Ready),
-            Link::Http(_) => true,
-            Link::Sse(l) => l.is_ready(),
-        }
-    }
-
-    /// The child process id of a stdio connection (diagnostics and tests).
-    pub fn pid(&self) -> Option<u32> {
-        match &self.link {
-            Link::Stdio(l) => l.pid(),
-            Link::Http(_) | Link::Sse(_) => None,
-        }
-    }
-
-    /// Restarts of a stdio connection after unexpected exits.
-    pub fn restarts(&self) -> u64 {
-        match &self.link {
-            Link::Stdio(l) => l.restarts(),
-            Link::Http(_) | Link::Sse(_) => 0,
-        }
-    }
-
-    /// The upstream's own session id (Streamable HTTP; an SSE session cannot be continued
-    /// from another replica, so it has none to record).
-    pub fn upstream_session_id(&self) -> Option<String> {
-        match &self.link {
-            Link::Http(l) => l.session_id(),
-            Link::Stdio(_) | Link::Sse(_) => None,
-        }
     }
 }

@@ -12,7 +12,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
-use super::connection::{Connection, ForwardSlot, InternalReply};
+use super::connection::{Connection, InternalReply};
+use super::pending::ForwardSlot;
 use super::{ClientSession, ServerRequestRoute, StreamEvent};
 use crate::error::GatewayError;
 use crate::jsonrpc::{self, RawObject};
