@@ -17,10 +17,8 @@ use crate::listener::{ListenerLimits, ServerTls, fds};
 /// How long open connections may take to finish after shutdown begins.
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 
-/// Installs the process-wide TLS crypto provider (ring). Idempotent.
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
+/// For the binary and the tests, which install it before building anything TLS.
+pub use crate::crypto::install_crypto_provider;
 
 /// Resolves on SIGINT or SIGTERM: the shutdown future of the gateway and demo server binaries.
 pub async fn shutdown_signal() {
@@ -43,8 +41,7 @@ pub async fn shutdown_signal() {
 /// starts shared upstream processes and the bus to other replicas.
 pub async fn build(config: &Config) -> Result<Arc<Gateway>, String> {
     install_crypto_provider();
-    let (store, bus) = crate::gateway::open_store(config).await?;
-    Gateway::start(config, store, bus)
+    Gateway::open(config, Box::new(http::Relay)).await
 }
 
 /// Serves `gateway` on `listener` (HTTPS when `tls` is set, with the certificate files
@@ -175,3 +172,7 @@ async fn reap_idle_sessions(gateway: Arc<Gateway>) {
         gateway.expire_idle().await;
     }
 }
+
+#[cfg(test)]
+#[path = "app_tests.rs"]
+mod tests;

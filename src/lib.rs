@@ -6,6 +6,7 @@ pub mod app;
 pub mod auth;
 pub mod cluster;
 pub mod config;
+pub mod crypto;
 pub mod error;
 pub mod events;
 pub mod gateway;
@@ -19,6 +20,11 @@ pub mod protocol;
 pub mod reload;
 pub mod router;
 pub mod session;
+pub mod signing;
+pub mod store;
 pub mod telemetry;
 pub mod tenant;
 pub mod upstream;
+
+#[cfg(test)]
+mod tidy;

@@ -4,65 +4,14 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use dashmap::DashMap;
-
 use crate::auth::Authenticator;
 use crate::config::{Limits, PrefixMode, TenantConfig, UpstreamConfig};
+use crate::limits::TenantView;
 use crate::limits::concurrency::TenantGates;
 use crate::policy::ToolPolicies;
-use crate::router::CursorKey;
-use crate::session::{LegacyStreams, LiveSession, SessionId};
+use crate::session::SessionDirectory;
+use crate::signing::CursorKey;
 use crate::upstream::{Ending, Naming, Upstream, UpstreamId};
-
-/// The live sessions of a tenant on this replica, and the 2024-11-05 streams held here.
-#[derive(Default)]
-pub struct SessionDirectory {
-    sessions: DashMap<SessionId, Arc<LiveSession>>,
-    pub legacy_streams: LegacyStreams,
-}
-
-impl SessionDirectory {
-    pub fn get(&self, id: &SessionId) -> Option<Arc<LiveSession>> {
-        self.sessions.get(id).map(|s| s.clone())
-    }
-
-    pub fn insert(&self, session: Arc<LiveSession>) {
-        self.sessions.insert(session.key.id.clone(), session);
-    }
-
-    /// Inserts `session` unless one with its id is there already; returns the one kept.
-    pub fn insert_or_get(&self, session: Arc<LiveSession>) -> Arc<LiveSession> {
-        self.sessions
-            .entry(session.key.id.clone())
-            .or_insert(session)
-            .clone()
-    }
-
-    pub fn remove(&self, id: &SessionId) -> Option<Arc<LiveSession>> {
-        self.sessions.remove(id).map(|(_, s)| s)
-    }
-
-    pub fn len(&self) -> usize {
-        self.sessions.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.sessions.is_empty()
-    }
-
-    /// All sessions (a snapshot).
-    pub fn all(&self) -> Vec<Arc<LiveSession>> {
-        self.sessions.iter().map(|e| e.value().clone()).collect()
-    }
-
-    /// Sends a message to every session's GET stream (list changes of shared upstreams).
-    pub fn broadcast(&self, bytes: &Bytes) {
-        for s in self.sessions.iter() {
-            s.deliver_unsolicited(bytes.clone());
-        }
-    }
-}
 
 pub struct Tenant {
     pub name: Arc<str>,
@@ -146,7 +95,8 @@ impl Tenant {
                 upstreams.push(kept);
                 continue;
             }
-            match Upstream::start(&config.name, u, limits, naming, Arc::downgrade(&directory)) {
+            let sessions = Arc::downgrade(&directory);
+            match Upstream::start(&config.name, u, limits, naming, sessions) {
                 Ok(new) => {
                     started.push(new.clone());
                     upstreams.push(new);
@@ -206,6 +156,15 @@ impl Tenant {
             gates,
         });
         Ok((tenant, retired))
+    }
+
+    /// The tenant as the limits read it: name, config and gates.
+    pub fn for_limits(&self) -> TenantView<'_> {
+        TenantView {
+            name: &self.name,
+            config: &self.config,
+            gates: &self.gates,
+        }
     }
 
     /// Whether the tool list of `upstream` at `generation` still has to be checked against the

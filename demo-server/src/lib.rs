@@ -27,7 +27,7 @@ mod wire;
 // The two things taken from the gateway, so the fixture and the gateway agree on them: the
 // HMAC sealing of opaque tokens (MRTR `requestState`) and the `Mcp-Param-*` header rules.
 use switchyard::protocol::param_headers::ParamHeaders;
-use switchyard::router::CursorKey;
+use switchyard::signing::CursorKey;
 
 #[cfg(test)]
 mod conformance_http_tests;

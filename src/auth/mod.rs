@@ -22,6 +22,9 @@ use crate::config::{AuthConfig, JwtAlgorithm};
 use crate::error::GatewayError;
 use jose::ProtectedHeader;
 
+/// The user of requests on tenants without authentication.
+pub const ANONYMOUS: &str = "anonymous";
+
 /// Who is calling, as established by a validated token.
 #[derive(Debug, Clone)]
 pub struct Principal {
@@ -42,7 +45,7 @@ impl Principal {
     /// The principal of tenants without authentication (one budget for all: see
     /// [`Principal::charged_to`]).
     pub fn anonymous() -> Principal {
-        let user: Arc<str> = crate::gateway::ANONYMOUS.into();
+        let user: Arc<str> = ANONYMOUS.into();
         Principal {
             budget: user.clone(),
             user,
@@ -212,14 +215,13 @@ fn bearer<'h>(
     headers: &'h HeaderMap,
     resource: &ResourceIdentity,
 ) -> Result<Option<&'h str>, GatewayError> {
-    let value =
-        crate::http::headers::once(headers, header::AUTHORIZATION.as_str()).map_err(|_| {
-            let reason = "the Authorization header must appear once";
-            GatewayError::MalformedCredentials {
-                www_authenticate: resource.challenge_invalid_request(reason),
-                reason,
-            }
-        })?;
+    let value = crate::protocol::header::once(headers, header::AUTHORIZATION).map_err(|_| {
+        let reason = "the Authorization header must appear once";
+        GatewayError::MalformedCredentials {
+            www_authenticate: resource.challenge_invalid_request(reason),
+            reason,
+        }
+    })?;
     Ok(value.and_then(|v| v.to_str().ok()).and_then(|value| {
         let (scheme, token) = value.split_once(' ')?;
         let token = token.trim();

@@ -13,7 +13,7 @@ use rand::TryRng;
 use serde::{Deserialize, Serialize};
 
 use super::{Redis, RedisEvents};
-use crate::session::{SessionKey, StoreError};
+use crate::store::{SessionKey, StoreError};
 
 /// How long a GET-stream claim lives unless refreshed (refreshed with every keep-alive).
 pub const GET_CLAIM_TTL: Duration = Duration::from_secs(60);
@@ -116,16 +116,13 @@ impl Bus {
         }
     }
 
-    /// A replica among others sharing `redis`; event logs live as long as sessions (`ttl`).
-    pub fn redis(redis: Redis, ttl: Duration, secret: Vec<u8>) -> Bus {
+    /// A replica among others sharing `redis`; event logs live as long as sessions (`ttl`),
+    /// and the copy of each keeps its last `mirror_len` events (a local log's window).
+    pub fn redis(redis: Redis, ttl: Duration, secret: Vec<u8>, mirror_len: usize) -> Bus {
         Bus {
             secret: Some(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret)),
             replica: replica_id().into(),
-            events: Some(Arc::new(RedisEvents::new(
-                redis.clone(),
-                ttl,
-                crate::events::LogLimits::default().max_events,
-            ))),
+            events: Some(Arc::new(RedisEvents::new(redis.clone(), ttl, mirror_len))),
             redis: Some(redis),
         }
     }
@@ -133,13 +130,13 @@ impl Bus {
     /// The key a tenant signs its opaque tokens with (list cursors, MRTR states) and derives
     /// stateless session ids from: the same on every replica sharing the store, random on a
     /// lone replica.
-    pub fn tenant_key(&self, tenant: &str) -> crate::router::CursorKey {
+    pub fn tenant_key(&self, tenant: &str) -> crate::signing::CursorKey {
         match &self.secret {
             Some(secret) => {
                 let derived = ring::hmac::sign(secret, format!("tenant:{tenant}").as_bytes());
-                crate::router::CursorKey::from_secret(derived.as_ref())
+                crate::signing::CursorKey::from_secret(derived.as_ref())
             }
-            None => crate::router::CursorKey::random(),
+            None => crate::signing::CursorKey::random(),
         }
     }
 

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use tokio::sync::{Notify, mpsc};
 
 use super::Redis;
-use crate::session::{SessionKey, StoreError};
+use crate::store::{SessionKey, StoreError};
 
 /// One event on its way to Redis.
 #[derive(Debug)]

@@ -2,7 +2,7 @@
 //! hash tag `{<tenant>:<user>:<session>}`: a session id alone names nothing, and on a Redis
 //! Cluster all keys of a session live on one shard.
 
-use crate::session::{SessionId, SessionKey};
+use crate::store::{SessionId, SessionKey};
 
 /// The keyspace layout this build reads and writes.
 pub const LAYOUT_VERSION: u32 = 1;

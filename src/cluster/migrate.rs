@@ -4,7 +4,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::{LAYOUT_VERSION, Redis};
-use crate::session::StoreError;
+use crate::store::StoreError;
 
 /// Every migration: (layout version it produces, script).
 pub const MIGRATIONS: &[(u32, &str)] =

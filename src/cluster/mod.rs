@@ -21,7 +21,7 @@ pub use migrate::{Layout, MIGRATIONS};
 pub use sessions::RedisSessionStore;
 
 use crate::config::RedisConfig;
-use crate::session::StoreError;
+use crate::store::StoreError;
 
 /// A connection to the shared Redis, with the keyspace and the operation bound.
 #[derive(Clone)]

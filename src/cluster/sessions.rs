@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::Redis;
-use crate::session::{SessionId, SessionKey, SessionRecord, SessionStore, StoreError};
+use crate::store::{SessionId, SessionKey, SessionRecord, SessionStore, StoreError};
 
 pub struct RedisSessionStore {
     redis: Redis,

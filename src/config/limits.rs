@@ -13,7 +13,7 @@ pub(super) const DEFAULT_MAX_SESSION_PROCESSES: u64 = 256;
 /// Default `max_upstream_message`.
 pub(super) const DEFAULT_MAX_UPSTREAM_MESSAGE: u64 = 16 << 20;
 
-/// How request bodies are read: every body goes through one reader (`http::body`).
+/// How request bodies are read: every body goes through one reader (`listener::body`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BodyLimits {
     /// A body gets this long to arrive (default 10s) ...

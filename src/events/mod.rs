@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::cluster::RedisEvents;
-use crate::session::SessionKey;
+use crate::store::SessionKey;
 
 pub use log::{LogLimits, MessageKind, Read, StreamKind, StreamLog};
 pub use remote::{join, remote_tail};

@@ -11,7 +11,7 @@ use futures_util::Stream;
 
 use super::TailEnd;
 use crate::cluster::{RedisEvents, Replayed};
-use crate::session::SessionKey;
+use crate::store::SessionKey;
 
 /// How often a followed remote stream is polled.
 const POLL_EVERY: Duration = Duration::from_millis(50);

@@ -22,10 +22,10 @@ use crate::error::GatewayError;
 use crate::events::{self, MessageKind, StreamKind};
 use crate::gateway::Gateway;
 use crate::jsonrpc::{self, Message, ParseError};
-use crate::limits::sessions::{self as session_caps, InFlightGuard};
+use crate::limits::sessions as session_caps;
 use crate::protocol::ProtocolVersion;
 use crate::router::{self, Reply};
-use crate::session::LiveSession;
+use crate::session::{InFlightGuard, LiveSession};
 use crate::tenant::Tenant;
 use crate::upstream::{ForwardStream, StreamItem};
 
@@ -55,7 +55,7 @@ pub(super) async fn serve(
     }
     let members = jsonrpc::split_batch(bytes).map_err(endpoint::parse_error)?;
     // Too long: refused whole, before anything in it is parsed or run.
-    session_caps::check_batch(tenant, members.len())?;
+    session_caps::check_batch(&tenant.for_limits(), members.len())?;
     let parsed: Vec<_> = members
         .iter()
         .map(|m| jsonrpc::parse(m.get().as_bytes()))
@@ -77,7 +77,7 @@ pub(super) async fn serve(
     gateway
         .limiter
         .rates
-        .check_request(tenant, principal, requests)
+        .check_request(&tenant.for_limits(), principal, requests)
         .await?;
     headers::protocol_version(&parts.headers)?;
     let session = endpoint::session_of(gateway, tenant, parts, &principal.user).await?;
@@ -120,7 +120,7 @@ async fn member(
             Answer::Nothing
         }
         Ok(Message::Request(req)) => {
-            let in_flight = match session_caps::enter_request(tenant, session) {
+            let in_flight = match session_caps::enter_request(&tenant.for_limits(), session) {
                 Ok(guard) => guard,
                 Err(e) => return Answer::Done(e.to_jsonrpc(Some(req.id))),
             };

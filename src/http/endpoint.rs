@@ -215,7 +215,7 @@ pub(super) async fn refused_by_rates(
     let refusal = gateway
         .limiter
         .rates
-        .check_request(tenant, principal, 1)
+        .check_request(&tenant.for_limits(), principal, 1)
         .await
         .err()?;
     Some(refusal.into_response(Some(req.id)))
@@ -279,10 +279,11 @@ async fn dispatch(
     let response = match message {
         Message::Request(req) => {
             // In flight until answered (a streamed answer: until its stream ends).
-            let in_flight = match crate::limits::sessions::enter_request(tenant, &session) {
-                Ok(guard) => guard,
-                Err(e) => return Ok(e.into_response(Some(req.id))),
-            };
+            let in_flight =
+                match crate::limits::sessions::enter_request(&tenant.for_limits(), &session) {
+                    Ok(guard) => guard,
+                    Err(e) => return Ok(e.into_response(Some(req.id))),
+                };
             match router::handle_request(gateway, tenant, &session, principal, &req).await {
                 Ok(Reply::Json(body)) => json(body),
                 Ok(Reply::Stream(stream)) => {
@@ -375,7 +376,7 @@ async fn respond_stream(
     session: &Arc<LiveSession>,
     mut stream: ForwardStream,
     id: &serde_json::value::RawValue,
-    in_flight: crate::limits::sessions::InFlightGuard,
+    in_flight: crate::session::InFlightGuard,
 ) -> Response<Body> {
     match stream.next().await {
         Some(StreamItem::Final(body)) => json(body),

@@ -4,7 +4,8 @@
 use axum::http::{HeaderMap, HeaderValue, header};
 
 use crate::error::GatewayError;
-use crate::protocol::{ProtocolVersion, header as mcp};
+use crate::protocol::ProtocolVersion;
+use crate::protocol::header::{self as mcp, Repeated, once};
 
 /// Whether the `Accept` header admits `mime` (`type/subtype`), honouring wildcards and `q=0`.
 pub fn accepts(headers: &HeaderMap, mime: &str) -> bool {
@@ -68,20 +69,6 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), GatewayError> {
         Ok(())
     } else {
         Err(GatewayError::UnsupportedMediaType)
-    }
-}
-
-/// A header sent more than once where one value is allowed.
-#[derive(Debug)]
-pub struct Repeated;
-
-/// The value of header `name`, if sent, when it is sent once.
-pub fn once<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h HeaderValue>, Repeated> {
-    let mut values = headers.get_all(name).iter();
-    let first = values.next();
-    match values.next() {
-        Some(_) => Err(Repeated),
-        None => Ok(first),
     }
 }
 

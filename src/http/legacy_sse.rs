@@ -104,7 +104,7 @@ async fn open_stream(
     let deadline = gateway
         .session_ttl
         .min(tenant.config.limits.handshake_timeout);
-    crate::limits::sessions::handshake::watch_stream(gateway, tenant, &key, deadline);
+    crate::gateway::handshake::watch_stream(gateway, tenant, &key, deadline);
     let endpoint = Bytes::from(format!(
         "event: endpoint\ndata: {}/messages?sessionId={}\n\n",
         tenant.config.path,
@@ -264,13 +264,14 @@ async fn dispatch(
     attach_stream(tenant, &session);
     match message {
         Message::Request(req) => {
-            let in_flight = match crate::limits::sessions::enter_request(tenant, &session) {
-                Ok(guard) => guard,
-                Err(e) => {
-                    send(&session, e.to_jsonrpc(Some(req.id)));
-                    return Ok(accepted());
-                }
-            };
+            let in_flight =
+                match crate::limits::sessions::enter_request(&tenant.for_limits(), &session) {
+                    Ok(guard) => guard,
+                    Err(e) => {
+                        send(&session, e.to_jsonrpc(Some(req.id)));
+                        return Ok(accepted());
+                    }
+                };
             // Answered on the stream by a task of its own: the client may have to POST its
             // answers to the upstream's questions before this request's response comes.
             answer(
@@ -414,7 +415,7 @@ fn answer(
     session: &Arc<LiveSession>,
     principal: &Principal,
     bytes: Bytes,
-    in_flight: crate::limits::sessions::InFlightGuard,
+    in_flight: crate::session::InFlightGuard,
 ) {
     let pump = gateway.pump_started();
     let (gateway, tenant, session, principal) = (

@@ -5,7 +5,6 @@
 
 mod authority;
 mod batch;
-pub mod body;
 pub mod client_addr;
 mod cors;
 pub mod endpoint;
@@ -18,8 +17,6 @@ pub mod stateless;
 
 use std::sync::Arc;
 
-pub use retry_relay::continue_here as continue_retry;
-
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -30,8 +27,26 @@ use tracing::Level;
 
 use axum::http::request::Parts;
 
-use crate::gateway::Gateway;
+use crate::cluster::BusMessage;
+use crate::gateway::{Gateway, RequestRelay};
+use crate::session::LiveSession;
 use crate::tenant::Tenant;
+
+/// The router's and this layer's part of the gateway's bus (`gateway::RequestRelay`), given
+/// to the gateway by `app::build`.
+pub struct Relay;
+
+impl RequestRelay for Relay {
+    fn client_message(&self, tenant: Arc<Tenant>, session: Arc<LiveSession>, message: String) {
+        tokio::spawn(async move {
+            crate::router::handle_forwarded(&tenant, &session, message.as_bytes()).await;
+        });
+    }
+
+    fn continue_retry(&self, gateway: Arc<Gateway>, tenant: Arc<Tenant>, resume: BusMessage) {
+        tokio::spawn(retry_relay::continue_here(gateway, tenant, resume));
+    }
+}
 
 /// All routes of the MCP listener, with a debug-level span per HTTP request.
 pub fn router(gateway: Arc<Gateway>) -> Router {
@@ -196,7 +211,8 @@ mod tests {
             &|_| None,
         )
         .unwrap();
-        crate::app::build(&config).await.unwrap()
+        crate::crypto::install_crypto_provider();
+        Gateway::open(&config, Box::new(Relay)).await.unwrap()
     }
 
     async fn call(method: &str, path: &str) -> (StatusCode, String) {

@@ -20,9 +20,10 @@ use super::{endpoint::json, sse};
 use crate::cluster::{BusMessage, Target};
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
+use crate::gateway::parked::{RelayReceiver, Resumed};
 use crate::jsonrpc::RawObject;
 use crate::protocol::modern::RequestMeta;
-use crate::router::mrtr::{self, RelayReceiver, Resumed};
+use crate::router::mrtr;
 use crate::tenant::Tenant;
 
 /// How long the receiving replica waits for the holder to confirm it has the request.

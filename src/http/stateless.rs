@@ -18,11 +18,12 @@ use super::{endpoint::json, headers, sse};
 use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
+use crate::gateway::parked::{Interactions, Parked, Question};
 use crate::jsonrpc::{self, Message, Outcome, OwnedId, RawObject, Request};
 use crate::protocol::header as mcp;
 use crate::protocol::modern::{self, CacheHints, MetaError, RequestMeta};
 use crate::protocol::{Method, ProtocolVersion};
-use crate::router::mrtr::{self, Claim, Interactions, Parked, Question, Target};
+use crate::router::mrtr::{self, Claim, Target};
 use crate::router::{self, Reply, stateless};
 use crate::session::LiveSession;
 use crate::tenant::Tenant;
@@ -131,10 +132,14 @@ async fn request(
     if let Some(state) = params.as_ref().and_then(|p| p.get_str("requestState")) {
         let target = exchange.target();
         let replica = &gateway.bus.replica;
-        let parked = match gateway
-            .interactions
-            .claim(tenant, replica, user, &target, &state)?
-        {
+        let parked = match mrtr::claim(
+            &gateway.interactions,
+            tenant,
+            replica,
+            user,
+            &target,
+            &state,
+        )? {
             Claim::Parked(parked) => *parked,
             Claim::Elsewhere { replica, handle } => {
                 // Parked on another replica: it continues the request, this one answers.
@@ -187,7 +192,7 @@ fn target_name(method: &str, params: Option<&RawObject<'_>>) -> Option<String> {
 
 /// The value of a header that may appear once.
 fn single<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h [u8]>, GatewayError> {
-    let value = headers::once(headers, name).map_err(|headers::Repeated| {
+    let value = mcp::once(headers, name).map_err(|mcp::Repeated| {
         GatewayError::HeaderMismatch(format!("the {name} header must appear once"))
     })?;
     Ok(value.map(|v| v.as_bytes()))
@@ -402,7 +407,8 @@ impl Exchange {
 
     /// Parks the request and answers with the questions it waits for.
     pub(super) fn ask_again(&self, stream: ForwardStream, questions: Vec<Question>) -> Bytes {
-        let result = self.interactions.park(
+        let result = mrtr::park(
+            &self.interactions,
             &self.tenant,
             &self.session.bus.replica,
             &self.user,

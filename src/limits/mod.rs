@@ -15,6 +15,9 @@ pub mod concurrency;
 mod outcome;
 pub mod rate;
 pub mod sessions;
+mod view;
+
+pub use view::TenantView;
 
 use crate::session::SessionBackend;
 

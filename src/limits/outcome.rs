@@ -9,8 +9,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::config::StoreErrorPolicy;
 use crate::error::{GatewayError, LimitRefusal};
+use crate::limits::TenantView;
 use crate::session::StoreError;
-use crate::tenant::Tenant;
 
 /// How often, at most, one kind of limit logs that Redis cannot be reached.
 pub const WARNING_EVERY: u64 = 10;
@@ -38,7 +38,7 @@ impl StoreErrors {
     /// failure itself is counted in `switchyard_redis_errors_total` by `Redis::run`.
     pub fn decide(
         &self,
-        tenant: &Tenant,
+        tenant: &TenantView<'_>,
         error: &StoreError,
         what: fmt::Arguments<'_>,
         passed: &str,
@@ -56,7 +56,7 @@ impl StoreErrors {
             StoreErrorPolicy::Closed => {
                 crate::metrics::get()
                     .limit_refusals
-                    .with_label_values(&[&*tenant.name, "store_error"])
+                    .with_label_values(&[tenant.name, "store_error"])
                     .inc();
                 Err(GatewayError::StoreUnavailable)
             }

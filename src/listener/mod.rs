@@ -2,12 +2,15 @@
 //! front of the axum router, HTTP/1.1 and HTTP/2 per connection, graceful shutdown, and the
 //! connection-level limits: the caps (`admission.rs`, refusals in `refuse.rs`, the default
 //! cap derived from the descriptor limit in `fds.rs`), the header, idle and HTTP/2 bounds
-//! given to hyper, and the timers hyper lacks (`watchdog.rs`).
+//! given to hyper, and the timers hyper lacks (`watchdog.rs`). The bounds on a request body
+//! (size, deadline and minimum rate, the process-wide budget) are here too (`body.rs`): the
+//! handlers read every body through that one reader.
 //!
 //! Every request carries a [`ConnInfo`] extension (and axum's `ConnectInfo<SocketAddr>`), so
 //! handlers know whether it came over TLS and from where.
 
 mod admission;
+pub mod body;
 pub mod fds;
 mod refuse;
 pub mod reload;
@@ -17,7 +20,7 @@ mod watchdog;
 #[cfg(test)]
 mod serve_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::convert::Infallible;
 use std::future::Future;

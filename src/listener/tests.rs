@@ -11,13 +11,14 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use rustls::sign::CertifiedKey;
 
 use super::reload::{self, CertResolver, Files};
-use super::tls::{CertError, load_certified_key, provider};
+use super::tls::{CertError, load_certified_key};
+use crate::crypto::provider;
 
 /// A directory under the system temp dir, removed on drop.
-pub(super) struct Dir(pub(super) PathBuf);
+pub(crate) struct Dir(pub(crate) PathBuf);
 
 impl Dir {
-    pub(super) fn new(label: &str) -> Dir {
+    pub(crate) fn new(label: &str) -> Dir {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!(
@@ -29,7 +30,7 @@ impl Dir {
         Dir(dir)
     }
 
-    pub(super) fn write(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+    pub(crate) fn write(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
         let path = self.0.join(name);
         std::fs::write(&path, contents).unwrap();
         path
@@ -49,7 +50,7 @@ fn leaf(cn: &str) -> (String, String, Vec<u8>) {
 }
 
 /// [`leaf`] and the PEM of its CA.
-pub(super) fn leaf_and_ca(cn: &str) -> (String, String, Vec<u8>, String) {
+pub(crate) fn leaf_and_ca(cn: &str) -> (String, String, Vec<u8>, String) {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -66,7 +67,7 @@ pub(super) fn leaf_and_ca(cn: &str) -> (String, String, Vec<u8>, String) {
 }
 
 fn load(cert: &Path, key: &Path) -> Result<CertifiedKey, CertError> {
-    crate::app::install_crypto_provider();
+    crate::crypto::install_crypto_provider();
     load_certified_key(cert, key, &provider())
 }
 
@@ -211,7 +212,7 @@ async fn until(limit: Duration, check: impl Fn() -> bool) -> bool {
 
 #[tokio::test]
 async fn the_watcher_swaps_valid_pairs_and_keeps_the_current_one_otherwise() {
-    crate::app::install_crypto_provider();
+    crate::crypto::install_crypto_provider();
     let dir = Dir::new("watch");
     let (cert1, key1, _) = leaf("one");
     let cert_path = dir.write("cert.pem", &cert1);

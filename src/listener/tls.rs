@@ -14,18 +14,12 @@ use tokio_rustls::TlsAcceptor;
 
 use super::reload::{self, CertResolver, Files};
 use crate::config::TlsConfig;
+use crate::crypto::provider;
 
 /// A certificate/key pair that cannot be used; the message names the file and the reason.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct CertError(pub String);
-
-/// The process-wide crypto provider (installed by `app::install_crypto_provider`), else ring.
-pub fn provider() -> Arc<CryptoProvider> {
-    CryptoProvider::get_default()
-        .cloned()
-        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()))
-}
 
 /// Loads and validates a PEM certificate chain (leaf first) and the PEM private key
 /// (PKCS#8, PKCS#1 or SEC1) that belongs to the leaf.

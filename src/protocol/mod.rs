@@ -1,5 +1,6 @@
-//! MCP protocol knowledge that does no IO: revisions, method names, header names, and the
-//! merging of upstream capabilities into the one server the gateway presents.
+//! MCP protocol knowledge that does no IO: revisions, method names, header names (and the
+//! rule that a header may appear once), and the merging of upstream capabilities into the one
+//! server the gateway presents.
 
 pub mod capabilities;
 pub mod client_requests;
@@ -24,4 +25,21 @@ pub mod header {
     pub const NAME: &str = "mcp-name";
     /// Prefix of the headers that mirror tool arguments marked with `x-mcp-header`.
     pub const PARAM_PREFIX: &str = "mcp-param-";
+
+    /// A header sent more than once where one value is allowed.
+    #[derive(Debug)]
+    pub struct Repeated;
+
+    /// The value of header `name`, if sent, when it is sent once.
+    pub fn once<K: http::header::AsHeaderName>(
+        headers: &http::HeaderMap,
+        name: K,
+    ) -> Result<Option<&http::HeaderValue>, Repeated> {
+        let mut values = headers.get_all(name).iter();
+        let first = values.next();
+        match values.next() {
+            Some(_) => Err(Repeated),
+            None => Ok(first),
+        }
+    }
 }

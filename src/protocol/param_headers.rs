@@ -130,11 +130,8 @@ impl ParamHeaders {
     /// that is absent is refused too. Other `Mcp-Param-*` headers are not looked at.
     pub fn check(&self, headers: &HeaderMap, arguments: Option<&RawValue>) -> Result<(), String> {
         for p in &self.params {
-            let mut sent = headers.get_all(&p.header).iter();
-            let header = sent.next();
-            if sent.next().is_some() {
-                return Err(format!("the {} header must appear once", p.header));
-            }
+            let header = super::header::once(headers, &p.header)
+                .map_err(|_| format!("the {} header must appear once", p.header))?;
             let body = arguments
                 .and_then(|a| value_at(a, &p.path))
                 .and_then(render);

@@ -89,9 +89,16 @@ pub async fn initialize(
     .on_transport(transport)
     .with_bounds(gateway.session_bounds)
     .charged_to(principal.budget.clone())
-    .with_process_source(gateway.limiter.sessions.process_source(tenant));
+    .with_process_source(
+        gateway
+            .limiter
+            .sessions
+            .process_source(&tenant.for_limits()),
+    );
     let counts = &gateway.limiter.sessions;
-    counts.admit(tenant, &session, gateway.session_ttl).await?;
+    counts
+        .admit(&tenant.for_limits(), &session, gateway.session_ttl)
+        .await?;
     if let Some(log) = stream {
         session.use_get_stream(log);
     }
@@ -105,7 +112,7 @@ pub async fn initialize(
         }
     };
     let deadline = tenant.config.limits.handshake_timeout;
-    crate::limits::sessions::handshake::watch_session(gateway, tenant, &session, deadline);
+    crate::gateway::handshake::watch_session(gateway, tenant, &session, deadline);
     let mut result = Map::new();
     result.insert("protocolVersion".into(), version.as_str().into());
     result.insert("capabilities".into(), caps);
@@ -145,7 +152,10 @@ pub async fn open_session(
         .count();
     if processes > 0 {
         let n = u32::try_from(processes).unwrap_or(u32::MAX);
-        let permits = gateway.limiter.sessions.reserve_processes(tenant, n)?;
+        let permits = gateway
+            .limiter
+            .sessions
+            .reserve_processes(&tenant.for_limits(), n)?;
         session.reserve_processes(permits);
     }
     let connects = tenant.upstreams.iter().map(|u| ensure_link(&session, u));

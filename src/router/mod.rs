@@ -3,7 +3,6 @@
 //! the client's answers to server-to-client requests).
 
 mod catalog;
-mod cursor;
 mod initialize;
 pub mod mrtr;
 mod names;
@@ -14,7 +13,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-pub use cursor::CursorKey;
 pub use initialize::{Opening, initialize};
 
 use crate::auth::Principal;
@@ -318,26 +316,13 @@ async fn forward(
         }
         _ => None,
     };
+    let owner = Arc::downgrade(session);
     let (upstream_id, rx, span) = conn
-        .forward(
-            method,
-            params,
-            client_id,
-            Arc::downgrade(session),
-            shape,
-            mirror,
-        )
+        .forward(method, params, client_id, owner.clone(), shape, mirror)
         .await?;
     session.begin_inflight(client_id, conn.clone(), upstream_id);
-    let stream = ForwardStream::new(
-        rx,
-        conn,
-        upstream_id,
-        client_id.to_owned(),
-        Arc::downgrade(session),
-        span,
-    )
-    .holding(slot);
+    let stream =
+        ForwardStream::new(rx, conn, upstream_id, client_id.to_owned(), owner, span).holding(slot);
     // Every tool call leaves an audit event when it ends.
     let tool = (method == "tools/call")
         .then(|| {
@@ -489,7 +474,9 @@ async fn route_by_name(
             ListKind::Tools => Call::ToolIn(req.params),
             _ => Call::Other,
         };
-        let slot = gates.admit(tenant, principal, upstream, call).await?;
+        let slot = gates
+            .admit(&tenant.for_limits(), principal, upstream, call)
+            .await?;
         return forward(
             session,
             upstream,
@@ -530,7 +517,7 @@ async fn route_by_name(
         gateway
             .limiter
             .rates
-            .check_call(tenant, principal, upstream.name(), &own)
+            .check_call(&tenant.for_limits(), principal, upstream.name(), &own)
             .await?;
     }
     // Last: a slot is held only by a call that is sent.
@@ -538,7 +525,9 @@ async fn route_by_name(
         ListKind::Tools => Call::Tool(&own),
         _ => Call::Other,
     };
-    let slot = gates.admit(tenant, principal, upstream, call).await?;
+    let slot = gates
+        .admit(&tenant.for_limits(), principal, upstream, call)
+        .await?;
     params.set("name", jsonrpc::raw_string(&own));
     let params = params.to_raw();
     forward(
@@ -631,7 +620,7 @@ async fn read_slot(
     gateway
         .limiter
         .concurrency
-        .admit(tenant, principal, upstream, Call::Other)
+        .admit(&tenant.for_limits(), principal, upstream, Call::Other)
         .await
 }
 
@@ -681,7 +670,7 @@ async fn shared_subscription(
     let must_forward = if subscribe {
         conn.add_subscriber(uri, session)
     } else {
-        conn.remove_subscriber(uri, session)
+        conn.remove_subscriber(uri, &**session)
     };
     Ok((!must_forward).then(|| Reply::Json(jsonrpc::result_response(req.id, b"{}"))))
 }

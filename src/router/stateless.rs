@@ -68,7 +68,12 @@ pub async fn session_for(
         gateway.bus.clone(),
     )
     .with_bounds(gateway.session_bounds)
-    .with_process_source(gateway.limiter.sessions.process_source(tenant));
+    .with_process_source(
+        gateway
+            .limiter
+            .sessions
+            .process_source(&tenant.for_limits()),
+    );
     let session = match open_session(gateway, tenant, Arc::new(session)).await {
         Ok((session, _, _)) => session,
         // Another replica opened it at the same time (the id is the same on every replica).

@@ -7,17 +7,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::server_requests::ServerRequests;
-pub use super::server_requests::{ProgressMapping, ServerRequestRoute};
-use super::{ClientTransport, SessionKey, SessionRecord, UpstreamSessionRecord};
+use super::{
+    ClientTransport, InFlight, ProcessPermit, ProcessSource, SessionKey, SessionRecord,
+    UpstreamSessionRecord,
+};
 use crate::cluster::Bus;
 use crate::config::SessionBounds;
 use crate::error::ServerRequestRefusal;
 use crate::events::{EventLimits, SessionEvents, StreamLog};
-use crate::jsonrpc::{self, OwnedId, RawObject};
-use crate::limits::sessions::{InFlight, ProcessPermit, ProcessSource};
 use crate::protocol::ProtocolVersion;
-use crate::upstream::{Connection, Ending, UpstreamId};
+use crate::upstream::{Connection, Ending, ServerRequestRoute, ServerRequests, UpstreamId};
 use bytes::Bytes;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -27,6 +26,9 @@ pub use streams::GetSlot;
 /// holding it), `subscriptions/listen` listeners, and the count of GET connections.
 #[path = "live_streams.rs"]
 mod streams;
+/// What upstream connections ask of the session (`upstream::ClientSession`).
+#[path = "live_upstreams.rs"]
+mod upstreams;
 
 /// Where a forwarded client request went: the connection and the upstream-side id.
 pub type InflightRoute = (Arc<Connection>, u64);
@@ -60,7 +62,7 @@ pub struct LiveSession {
     /// Per-session process places reserved at `initialize`, and where to take more.
     processes: Mutex<SessionProcesses>,
     /// The id as logs show it (`SessionId::hashed`), computed once.
-    pub log_id: super::id::HashedId,
+    pub log_id: crate::store::HashedId,
     /// Negotiated with the client at `initialize`.
     pub protocol_version: ProtocolVersion,
     /// The transport the session was opened on (its id is valid there only).
@@ -280,13 +282,6 @@ impl LiveSession {
         }
     }
 
-    /// The client's capabilities and info, raw (serialized on first use).
-    pub fn client_meta(&self) -> &crate::protocol::modern::ClientMeta {
-        self.client_meta.get_or_init(|| {
-            crate::protocol::modern::ClientMeta::new(&self.client_capabilities, &self.client_info)
-        })
-    }
-
     /// The level of `logging/setLevel`, if the client set one.
     pub fn log_level(&self) -> Option<Arc<str>> {
         self.log_level.lock().ok()?.clone()
@@ -298,11 +293,6 @@ impl LiveSession {
             *l = Some(level.into());
         }
         self.mark_dirty();
-    }
-
-    /// The upstream session to continue for `upstream`, if another replica opened one.
-    pub fn take_resumable(&self, upstream: &str) -> Option<UpstreamSessionRecord> {
-        self.resumable.lock().ok()?.remove(upstream)
     }
 
     pub fn mark_dirty(&self) {
@@ -516,64 +506,6 @@ impl LiveSession {
 
     // ---- Server-to-client requests
 
-    /// Whether the client declared what upstream request `method` with `params` needs. A
-    /// stateless (2026-07-28) session's requests say what their client can do one by one:
-    /// the multi round-trip bridge checks those (`router::mrtr`).
-    pub fn accepts_server_request(
-        &self,
-        method: &str,
-        params: Option<&RawValue>,
-    ) -> Result<(), ServerRequestRefusal> {
-        use crate::protocol::client_requests::{Missing, check};
-        if self.protocol_version.is_stateless() {
-            return Ok(());
-        }
-        check(&self.client_capabilities, method, params).map_err(|missing| match missing {
-            Missing::Capability(capability) => ServerRequestRefusal::NotDeclared {
-                method: method.to_owned(),
-                capability,
-            },
-            Missing::Feature(feature) => ServerRequestRefusal::FeatureNotDeclared {
-                method: method.to_owned(),
-                feature,
-            },
-        })
-    }
-
-    /// Records a request from an upstream and returns the id the client will see; refused
-    /// when the session has its limit of requests waiting for the client already. Unanswered,
-    /// it expires (the upstream gets an error).
-    pub fn register_server_request(
-        &self,
-        route: ServerRequestRoute,
-    ) -> Result<OwnedId, ServerRequestRefusal> {
-        let n = self.next_server_request.fetch_add(1, Ordering::Relaxed);
-        // The replica is in the id: the client's answer may reach any replica.
-        let id = jsonrpc::raw_string(&format!("sy-{}-{n}", self.bus.replica));
-        self.server_requests.insert(id.get(), route)?;
-        Ok(id)
-    }
-
-    /// Replaces `_meta.progressToken` of a server-to-client request's params with a token of
-    /// the gateway's; returns the new params and `(new token, original token)`.
-    pub fn rewrite_server_progress(
-        &self,
-        params: &RawValue,
-    ) -> Option<(Box<RawValue>, ProgressMapping)> {
-        if !jsonrpc::may_hold(params.get(), "progressToken") {
-            return None;
-        }
-        let mut obj = RawObject::parse(params).ok()?;
-        let mut meta = RawObject::parse(obj.get("_meta")?).ok()?;
-        let original = meta.get("progressToken")?.to_owned();
-        let n = self.next_server_request.fetch_add(1, Ordering::Relaxed);
-        let token = jsonrpc::raw_string(&format!("sy-p{}-{n}", self.bus.replica));
-        meta.set("progressToken", token.clone());
-        let meta = meta.to_raw();
-        obj.set("_meta", meta);
-        Some((obj.to_raw(), (token.get().into(), original)))
-    }
-
     /// Where a client progress notification for `token` (raw JSON text) goes: the upstream
     /// connection and its original token.
     pub fn server_progress_route(&self, token: &str) -> Option<(Arc<Connection>, Box<RawValue>)> {
@@ -586,21 +518,6 @@ impl LiveSession {
     /// The route for the client's answer to `client_id` (raw JSON text), removed.
     pub fn take_server_request(&self, client_id: &str) -> Option<ServerRequestRoute> {
         self.server_requests.take(client_id)
-    }
-
-    /// Removes the request the upstream itself cancelled; returns the client-facing id.
-    pub fn take_server_request_by_upstream(
-        &self,
-        conn: &Arc<Connection>,
-        upstream_id: &str,
-    ) -> Option<OwnedId> {
-        let (key, _) = self.server_requests.take_where(|r| {
-            r.upstream_id.get() == upstream_id
-                && r.connection
-                    .upgrade()
-                    .is_some_and(|c| Arc::ptr_eq(&c, conn))
-        })?;
-        RawValue::from_string(key.into_string()).ok()
     }
 
     /// Server-to-client requests waiting for the client's answer now.
@@ -669,6 +586,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::session::SessionId;
+    use crate::upstream::ClientSession;
 
     fn session() -> LiveSession {
         let key = SessionKey {

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 
-use super::{SessionId, SessionKey, SessionRecord, SessionStore, StoreError};
+use crate::store::{SessionId, SessionKey, SessionRecord, SessionStore, StoreError};
 
 struct Entry {
     record: SessionRecord,

@@ -1,16 +1,23 @@
-//! Client sessions: secure ids, the record kept in a `SessionStore` (keyed by tenant, user and
-//! id), and the per-replica live state (`LiveSession`) that holds connections and streams.
+//! Client sessions on this replica: the per-replica live state (`LiveSession`) that holds
+//! upstream connections and streams, and the store backends (`SessionBackend`: memory or
+//! Redis) that keep the durable record. What a session is durably (id, key, record, the
+//! store contract) is `store`, below; it is re-exported here for the layers above.
 
-mod id;
+mod backend;
+mod directory;
+mod in_flight;
 mod legacy;
 mod live;
 pub mod memory;
-mod record;
-mod server_requests;
-mod store;
+mod processes;
 
-pub use id::{HashedId, SessionId};
+pub use crate::store::{
+    ClientTransport, HashedId, SessionId, SessionKey, SessionRecord, SessionStore, StoreError,
+    UpstreamSessionRecord,
+};
+pub use backend::SessionBackend;
+pub use directory::SessionDirectory;
+pub use in_flight::{InFlight, InFlightGuard};
 pub use legacy::LegacyStreams;
-pub use live::{GetSlot, LiveSession, ServerRequestRoute};
-pub use record::{ClientTransport, SessionRecord, UpstreamSessionRecord};
-pub use store::{SessionBackend, SessionKey, SessionStore, StoreError};
+pub use live::{GetSlot, LiveSession};
+pub use processes::{ProcessCap, ProcessPermit, ProcessSource, Processes, Refusal};

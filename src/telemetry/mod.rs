@@ -150,7 +150,7 @@ fn log_layer(
 
 fn build_provider(s: &Settings) -> Result<SdkTracerProvider, String> {
     // The exporter's HTTP client uses rustls (an https collector) and needs the provider.
-    crate::app::install_crypto_provider();
+    crate::crypto::install_crypto_provider();
     let mut exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(opentelemetry_otlp::Protocol::HttpBinary);

@@ -10,15 +10,16 @@ use ::http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use ::http::{Method, StatusCode};
 use bytes::{Bytes, BytesMut};
 
-use super::connection::{Connection, Link};
+use super::connection::Connection;
 use super::credentials::Credentials;
 use super::handshake;
 use super::http_client::{OriginClient, Response};
+use super::link::Link;
 use super::sse::SseParser;
 use crate::error::GatewayError;
 use crate::protocol::param_headers::ParamHeaders;
 use crate::protocol::{ProtocolVersion, header};
-use crate::session::UpstreamSessionRecord;
+use crate::store::UpstreamSessionRecord;
 use crate::telemetry::Propagation;
 
 /// How an HTTP error status is worded; [`CLIENT_ERROR_STATUS`] starts the 4xx ones.

@@ -446,7 +446,7 @@ fn platform_tls() -> Result<Arc<rustls::ClientConfig>, String> {
     CONFIG
         .get_or_init(|| {
             use rustls_platform_verifier::ConfigVerifierExt;
-            crate::app::install_crypto_provider();
+            crate::crypto::install_crypto_provider();
             let mut config = rustls::ClientConfig::with_platform_verifier()
                 .map_err(|e| format!("TLS trust store: {e}"))?;
             config.alpn_protocols = vec![b"http/1.1".to_vec()];

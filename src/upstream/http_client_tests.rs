@@ -210,7 +210,7 @@ async fn nothing_listening_is_a_connect_error() {
 /// A CA-signed certificate for `localhost` and 127.0.0.1, the acceptor serving it, and a
 /// client configuration trusting only that CA.
 fn tls_pair() -> (tokio_rustls::TlsAcceptor, Arc<rustls::ClientConfig>) {
-    crate::app::install_crypto_provider();
+    crate::crypto::install_crypto_provider();
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);

@@ -11,11 +11,12 @@ use ::http::header::{ACCEPT, CONTENT_TYPE, HeaderName, HeaderValue};
 use ::http::{Method, StatusCode, Uri};
 use bytes::Bytes;
 
-use super::connection::{Connection, Link};
+use super::connection::Connection;
 use super::credentials::Credentials;
 use super::handshake;
 use super::http::{closed, is_event_stream, protocol, read_body, status_error, unavailable};
 use super::http_client::{OriginClient, Response};
+use super::link::Link;
 use super::sse::SseParser;
 use crate::error::GatewayError;
 use crate::telemetry::Propagation;

@@ -9,8 +9,14 @@ mod credentials;
 mod handshake;
 mod http;
 mod http_client;
+mod inbound;
 mod legacy_sse;
+mod link;
+mod meta;
+mod owner;
+mod pending;
 mod retry;
+mod server_requests;
 mod sink;
 pub mod sse;
 mod stdio;
@@ -23,54 +29,22 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use catalog::{Catalog, Page, PageKey};
-pub use connection::{Connection, Ending, InternalReply, Link, Owner};
+pub use connection::{Connection, InternalReply};
 pub use handshake::{InitParams, UpstreamServer, error_message};
+pub use link::{Ending, Link};
+pub use owner::{Broadcast, ClientSession, Owner};
 pub use retry::Answer;
+pub use server_requests::{ProgressMapping, ServerRequestRoute, ServerRequests, answer, refuse};
 pub use stdio::LinkState;
 pub use stream::{ForwardStream, StreamItem};
 
-/// Delivers the client's answer to a server-to-client request to whoever asked: the
-/// upstream, or the gateway's own retry dance (`retry.rs`).
-pub async fn answer(
-    route: crate::session::ServerRequestRoute,
-    outcome: crate::jsonrpc::Outcome<'_>,
-) {
-    if let Some(tx) = &route.answer_to {
-        let reply = match outcome {
-            crate::jsonrpc::Outcome::Result(r) => InternalReply::Result(r.to_owned()),
-            crate::jsonrpc::Outcome::Error(e) => InternalReply::Error(e.to_owned()),
-        };
-        let key = serde_json::from_str::<String>(route.upstream_id.get()).unwrap_or_default();
-        let _ = tx.send((key.into(), reply));
-        return;
-    }
-    if let Some(conn) = route.connection.upgrade() {
-        conn.respond(&route.upstream_id, outcome).await;
-    }
-}
-
-/// Answers a server-to-client request the client will not answer (it expired, or the session
-/// ended) with `refusal`'s error, to whoever asked.
-pub async fn refuse(
-    route: crate::session::ServerRequestRoute,
-    refusal: &crate::error::ServerRequestRefusal,
-) {
-    crate::metrics::get()
-        .server_requests_refused
-        .with_label_values(&[refusal.label()])
-        .inc();
-    let error = refusal.error_object();
-    answer(route, crate::jsonrpc::Outcome::Error(&error)).await;
-}
-
 use crate::config::{Limits, StdioSharing, UpstreamConfig, UpstreamTransport};
 use crate::error::GatewayError;
-use crate::session::LiveSession;
-use crate::tenant::SessionDirectory;
 use credentials::Credentials;
 use http::HttpLink;
 use http_client::OriginClient;
 use legacy_sse::SseLink;
+use link::start_stdio;
 use stdio::StdioLink;
 
 /// What every connection to one upstream shares: its name and bounds.
@@ -164,7 +138,7 @@ impl Upstream {
         config: &UpstreamConfig,
         limits: &Limits,
         naming: Naming<'_>,
-        directory: Weak<SessionDirectory>,
+        directory: Weak<dyn Broadcast>,
     ) -> Result<Arc<Upstream>, String> {
         let info = Arc::new(UpstreamInfo {
             name: config.name.as_str().into(),
@@ -268,12 +242,12 @@ impl Upstream {
 
     /// The pooled connection a session is pinned to: chosen by its id, so every replica
     /// agrees and one session's requests keep one upstream process.
-    fn pooled_for(&self, session: &LiveSession) -> Option<&Arc<Connection>> {
+    fn pooled_for(&self, session: &dyn ClientSession) -> Option<&Arc<Connection>> {
         let pool = self.pool();
         if pool.is_empty() {
             return None;
         }
-        Some(&pool[session.key.id.spread() % pool.len()])
+        Some(&pool[session.pin() % pool.len()])
     }
 
     /// A ready connection for `session`: the shared one, or a new dedicated one (a child
@@ -282,23 +256,19 @@ impl Upstream {
     /// The boolean tells whether the session owns it (and must close it).
     pub async fn connect(
         &self,
-        session: &Arc<LiveSession>,
+        session: &Arc<impl ClientSession + 'static>,
     ) -> Result<(Arc<Connection>, bool), GatewayError> {
-        let params = InitParams {
-            protocol_version: session.protocol_version,
-            capabilities: session.client_capabilities.clone(),
-            client_info: session.client_info.clone(),
-        };
+        let params = session.init_params();
         if self.retired.load(std::sync::atomic::Ordering::Acquire) {
             return Err(GatewayError::UpstreamUnavailable {
                 upstream: self.info.name.to_string(),
                 reason: "removed from the routing config".into(),
             });
         }
-        let owner = Owner::Session(Arc::downgrade(session));
+        let owner = Owner::Session(Arc::downgrade(session) as Weak<dyn ClientSession>);
         match &self.kind {
             UpstreamKind::Stdio { pool } if !pool.is_empty() => {
-                let conn = self.pooled_for(session).ok_or(GatewayError::Internal)?;
+                let conn = self.pooled_for(&**session).ok_or(GatewayError::Internal)?;
                 conn.ready(self.info.init_timeout).await?;
                 Ok((conn.clone(), false))
             }
@@ -389,65 +359,5 @@ impl Upstream {
     /// Stops the shared processes, if any.
     pub async fn shutdown(&self) {
         futures_util::future::join_all(self.pool().iter().map(|c| c.close())).await;
-    }
-}
-
-fn start_stdio(conn: &Arc<Connection>) {
-    if let Link::Stdio(l) = &conn.link {
-        l.start(
-            Arc::downgrade(conn),
-            conn.info.init_timeout,
-            conn.info.max_message,
-        );
-    }
-}
-
-impl Connection {
-    /// Starts relaying the upstream's own stream of unsolicited messages (HTTP GET stream,
-    /// or the gateway's `subscriptions/listen` on a stateless upstream). Stdio upstreams
-    /// always relay; this is a no-op for them.
-    pub fn listen(self: &Arc<Self>) {
-        if self.is_stateless() {
-            self.subscribe();
-            return;
-        }
-        if let Link::Http(l) = &self.link {
-            l.listen(self);
-        }
-    }
-
-    /// Whether the link carries requests now (stdio: handshake done; HTTP: always, as its
-    /// sessions open on demand; SSE: a stream is open and initialized).
-    pub fn is_ready(&self) -> bool {
-        match &self.link {
-            Link::Stdio(l) => matches!(l.state(), LinkState::Ready),
-            Link::Http(_) => true,
-            Link::Sse(l) => l.is_ready(),
-        }
-    }
-
-    /// The child process id of a stdio connection (diagnostics and tests).
-    pub fn pid(&self) -> Option<u32> {
-        match &self.link {
-            Link::Stdio(l) => l.pid(),
-            Link::Http(_) | Link::Sse(_) => None,
-        }
-    }
-
-    /// Restarts of a stdio connection after unexpected exits.
-    pub fn restarts(&self) -> u64 {
-        match &self.link {
-            Link::Stdio(l) => l.restarts(),
-            Link::Http(_) | Link::Sse(_) => 0,
-        }
-    }
-
-    /// The upstream's own session id (Streamable HTTP; an SSE session cannot be continued
-    /// from another replica, so it has none to record).
-    pub fn upstream_session_id(&self) -> Option<String> {
-        match &self.link {
-            Link::Http(l) => l.session_id(),
-            Link::Stdio(_) | Link::Sse(_) => None,
-        }
     }
 }

@@ -12,11 +12,11 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
-use super::StreamEvent;
-use super::connection::{Connection, ForwardSlot, InternalReply};
+use super::connection::{Connection, InternalReply};
+use super::pending::ForwardSlot;
+use super::{ClientSession, ServerRequestRoute, StreamEvent};
 use crate::error::GatewayError;
 use crate::jsonrpc::{self, RawObject};
-use crate::session::ServerRequestRoute;
 
 /// Rounds the gateway goes through for one request before it gives up on the upstream.
 const MAX_ROUNDS: u8 = 16;
@@ -112,7 +112,7 @@ async fn round(
         let client_id = match registered {
             Ok(id) => id,
             Err(refusal) => {
-                forget(&session, &asked);
+                forget(&*session, &asked);
                 return Err(protocol(format!(
                     "its input requests could not be asked: {refusal}"
                 )));
@@ -125,7 +125,7 @@ async fn round(
             .send(StreamEvent::Request(Bytes::from(out)))
             .is_err()
         {
-            forget(&session, &asked);
+            forget(&*session, &asked);
             return Err(GatewayError::Cancelled);
         }
     }
@@ -144,7 +144,7 @@ async fn round(
             }
             Ok(None) => break,
             Err(_) => {
-                forget(&session, &asked);
+                forget(&*session, &asked);
                 return Err(GatewayError::UpstreamTimeout {
                     upstream,
                     after: conn.info.max_request_timeout,
@@ -167,14 +167,14 @@ async fn round(
     let method = original.method.clone();
     slot.retry = Some(original);
     let next = conn
-        .send_forward(slot, &method, Some(&params), Some(&session), None)
+        .send_forward(slot, &method, Some(&params), Some(&*session), None)
         .await?;
     conn.alias(first, next);
     Ok(())
 }
 
 /// Drops the routes of questions that will not be answered any more.
-fn forget(session: &crate::session::LiveSession, asked: &[String]) {
+fn forget(session: &dyn ClientSession, asked: &[String]) {
     for id in asked {
         session.take_server_request(id);
     }

@@ -167,8 +167,8 @@ fn closed(upstream: &str) -> GatewayError {
 
 fn link(conn: &Connection) -> &StdioLink {
     match &conn.link {
-        super::connection::Link::Stdio(l) => l,
-        super::connection::Link::Http(_) | super::connection::Link::Sse(_) => {
+        super::link::Link::Stdio(l) => l,
+        super::link::Link::Http(_) | super::link::Link::Sse(_) => {
             unreachable!("stdio supervisor on an HTTP link")
         }
     }

@@ -11,12 +11,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::{Connection, StreamEvent};
+use super::{ClientSession, Connection, StreamEvent};
 use crate::error::GatewayError;
 use crate::events::MessageKind;
 use crate::jsonrpc::OwnedId;
-use crate::limits::concurrency::Permit;
-use crate::session::LiveSession;
 
 /// What the client gets next for a forwarded request.
 #[derive(Debug)]
@@ -43,7 +41,7 @@ struct Inner {
     idle_deadline: Instant,
     hard_deadline: Instant,
     max: Duration,
-    session: Weak<LiveSession>,
+    session: Weak<dyn ClientSession>,
     started: Instant,
     /// How the request ended, for the metrics (`ok`, `failed`, `timeout`, `cancelled`).
     outcome: &'static str,
@@ -53,9 +51,11 @@ struct Inner {
     span: tracing::Span,
     /// Whether dropping the stream before its end cancels the upstream request.
     cancel_on_drop: bool,
-    /// The slot at a gated upstream the request holds (`limits.concurrency`): given back
-    /// when the request ends, however it ends (dropped with the rest).
-    _slot: Option<Permit>,
+    /// What the request holds while it runs (a gated upstream's slot, `limits.concurrency`):
+    /// given back when the request ends, however it ends (dropped with the rest).
+    /// Boxed twice: a thin pointer keeps every `ForwardStream` (and `router::Reply`) small,
+    /// and only gated calls hold something.
+    _held: Option<Box<Box<dyn Send + Sync>>>,
 }
 
 impl ForwardStream {
@@ -64,7 +64,7 @@ impl ForwardStream {
         conn: Arc<Connection>,
         upstream_id: u64,
         client_id: OwnedId,
-        session: Weak<LiveSession>,
+        session: Weak<dyn ClientSession>,
         span: tracing::Span,
     ) -> ForwardStream {
         let now = Instant::now();
@@ -86,7 +86,7 @@ impl ForwardStream {
                 audit_tool: None,
                 span,
                 cancel_on_drop: false,
-                _slot: None,
+                _held: None,
             }),
         }
     }
@@ -99,10 +99,10 @@ impl ForwardStream {
         self
     }
 
-    /// Holds `slot` (a gated upstream's, `limits.concurrency`) until the request ends.
-    pub fn holding(mut self, slot: Option<Permit>) -> ForwardStream {
+    /// Holds `held` (a gated upstream's slot, `limits.concurrency`) until the request ends.
+    pub fn holding(mut self, held: Option<impl Send + Sync + 'static>) -> ForwardStream {
         if let Some(inner) = self.inner.as_mut() {
-            inner._slot = slot;
+            inner._held = held.map(|h| Box::new(Box::new(h) as Box<dyn Send + Sync>));
         }
         self
     }
@@ -198,11 +198,11 @@ impl Inner {
         );
         let session = self.session.upgrade();
         if let Some(tool) = &self.audit_tool {
-            let user = session.as_ref().map(|s| s.key.user.clone());
+            let user = session.as_deref().map(|s| s.user());
             tracing::info!(
                 target: "switchyard::audit",
                 tenant = %info.tenant,
-                user = user.as_deref().unwrap_or("-"),
+                user = user.unwrap_or("-"),
                 tool = %tool,
                 upstream = %info.name,
                 outcome = self.outcome,

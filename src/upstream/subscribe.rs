@@ -1,4 +1,6 @@
-//! The gateway's own `subscriptions/listen` on upstreams of the stateless revision
+//! Resource subscriptions on a connection: on a shared one, which sessions follow which
+//! upstream URI (the upstream is subscribed by the first, unsubscribed after the last); and
+//! the gateway's own `subscriptions/listen` on upstreams of the stateless revision
 //! (2026-07-28), which have no GET stream and no `resources/subscribe`, and send changes only
 //! to a client that listens: one long-lived request per connection asking for every list
 //! change and for the resources its sessions subscribed to, whose notifications are routed
@@ -14,8 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::{Connection, InternalReply};
-use crate::session::LiveSession;
+use super::{ClientSession, Connection, InternalReply};
 
 /// The pause before re-opening a subscription that ended, doubling up to the longest while
 /// subscriptions end soon after opening.
@@ -25,6 +26,78 @@ const LONGEST_PAUSE: Duration = Duration::from_secs(30);
 const LASTED: Duration = Duration::from_secs(60);
 
 impl Connection {
+    /// Records `session` as a subscriber of `uri`; true when it is the first, i.e. the
+    /// subscription must be made upstream.
+    pub fn add_subscriber(&self, uri: &str, session: &Arc<impl ClientSession + 'static>) -> bool {
+        let Ok(mut subs) = self.subscriptions.lock() else {
+            return true;
+        };
+        let list = subs.entry(uri.to_owned()).or_default();
+        list.retain(|w| w.strong_count() > 0);
+        let first = list.is_empty();
+        if !list
+            .iter()
+            .any(|w| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(session)))
+        {
+            list.push(Arc::downgrade(session) as Weak<dyn ClientSession>);
+        }
+        first
+    }
+
+    /// Removes `session` from the subscribers of `uri`; true when none is left, i.e. the
+    /// subscription must be ended upstream.
+    pub fn remove_subscriber(&self, uri: &str, session: &dyn ClientSession) -> bool {
+        let Ok(mut subs) = self.subscriptions.lock() else {
+            return true;
+        };
+        let Some(list) = subs.get_mut(uri) else {
+            return true;
+        };
+        list.retain(|w| w.strong_count() > 0 && !std::ptr::addr_eq(w.as_ptr(), session));
+        let last = list.is_empty();
+        if last {
+            subs.remove(uri);
+        }
+        last
+    }
+
+    /// Drops a closing session from every subscription; returns the URIs nobody follows now.
+    pub fn forget_subscriber(&self, session: &dyn ClientSession) -> Vec<String> {
+        let Ok(mut subs) = self.subscriptions.lock() else {
+            return Vec::new();
+        };
+        let mut orphaned = Vec::new();
+        subs.retain(|uri, list| {
+            list.retain(|w| w.strong_count() > 0 && !std::ptr::addr_eq(w.as_ptr(), session));
+            if list.is_empty() {
+                orphaned.push(uri.clone());
+                false
+            } else {
+                true
+            }
+        });
+        orphaned
+    }
+
+    /// The upstream URIs some session subscribed to.
+    pub(super) fn subscribed_uris(&self) -> Vec<String> {
+        self.subscriptions
+            .lock()
+            .map(|s| s.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub(super) fn subscribers(&self, uri: &str) -> Vec<Arc<dyn ClientSession>> {
+        self.subscriptions
+            .lock()
+            .ok()
+            .and_then(|subs| {
+                subs.get(uri)
+                    .map(|l| l.iter().filter_map(Weak::upgrade).collect())
+            })
+            .unwrap_or_default()
+    }
+
     /// Keeps (once) the gateway's subscription open on this stateless connection.
     pub fn subscribe(self: &Arc<Self>) {
         if !self.is_stateless() || self.subscribed.swap(true, Ordering::AcqRel) {
@@ -36,11 +109,16 @@ impl Connection {
     /// A session's `resources/subscribe` (or unsubscribe) of `uri` on a stateless upstream:
     /// followed through the gateway's subscription, opened again with the new set when the
     /// set changes.
-    pub fn follow_resource(self: &Arc<Self>, uri: &str, session: &Arc<LiveSession>, on: bool) {
+    pub fn follow_resource(
+        self: &Arc<Self>,
+        uri: &str,
+        session: &Arc<impl ClientSession + 'static>,
+        on: bool,
+    ) {
         let changed = if on {
             self.add_subscriber(uri, session)
         } else {
-            self.remove_subscriber(uri, session)
+            self.remove_subscriber(uri, &**session)
         };
         if self.subscribed.load(Ordering::Acquire) {
             if changed {

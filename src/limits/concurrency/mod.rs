@@ -29,7 +29,7 @@ use crate::cluster::Redis;
 use crate::config::{ConcurrencyLimit, glob};
 use crate::error::{GatewayError, LimitRefusal};
 use crate::jsonrpc::RawObject;
-use crate::tenant::Tenant;
+use crate::limits::TenantView;
 use crate::upstream::{Upstream, UpstreamId};
 
 /// What a refused call is told to wait before trying again.
@@ -152,7 +152,7 @@ impl Gates {
     /// `closed`: `StoreUnavailable`.
     pub async fn admit(
         &self,
-        tenant: &Tenant,
+        tenant: &TenantView<'_>,
         principal: &Principal,
         upstream: &Upstream,
         call: Call<'_>,
@@ -167,7 +167,7 @@ impl Gates {
 
     async fn take(
         &self,
-        tenant: &Tenant,
+        tenant: &TenantView<'_>,
         principal: &Principal,
         gate: &Arc<Gate>,
         call: Call<'_>,
@@ -182,7 +182,7 @@ impl Gates {
         match taken {
             Ok(held) => Ok(Some(Permit(Box::new(held)))),
             Err(why) => {
-                let refusal = counted(&tenant.name, refusal(gate, why));
+                let refusal = counted(tenant.name, refusal(gate, why));
                 audit(principal, gate, call, &refusal.limit);
                 Err(GatewayError::LimitReached(refusal))
             }
@@ -192,7 +192,7 @@ impl Gates {
     /// Redis cannot be reached: the tenant's `on_store_error` decides.
     fn store_error(
         &self,
-        tenant: &Tenant,
+        tenant: &TenantView<'_>,
         principal: &Principal,
         gate: &Gate,
         call: Call<'_>,

@@ -23,7 +23,7 @@ use crate::auth::Principal;
 use crate::cluster::Redis;
 use crate::config::{Rate, Scope, TenantLimits, glob};
 use crate::error::{GatewayError, LimitRefusal};
-use crate::tenant::Tenant;
+use crate::limits::TenantView;
 
 /// The buckets and quota counters: in Redis when the store is, else in the process.
 pub struct Rates {
@@ -61,7 +61,7 @@ impl Rates {
     /// its `requests` bucket. Refused: 429 with `Retry-After` when a token is back.
     pub async fn check_request(
         &self,
-        tenant: &Tenant,
+        tenant: &TenantView<'_>,
         principal: &Principal,
         requests: u32,
     ) -> Result<(), GatewayError> {
@@ -92,10 +92,7 @@ impl Rates {
             let Some(rate) = rate else { continue };
             if requests > rate.burst {
                 let refusal = oversized(limits, limit, &rate, requests);
-                return Err(GatewayError::TooManyRequests(counted(
-                    &tenant.name,
-                    refusal,
-                )));
+                return Err(GatewayError::TooManyRequests(counted(tenant.name, refusal)));
             }
             list[n] = BucketCheck {
                 limit,
@@ -110,10 +107,7 @@ impl Rates {
             Verdict::Allowed => Ok(()),
             Verdict::Refused { bucket, quota } => {
                 let refusal = describe(limits, &list[..n], &[], bucket, quota, now);
-                Err(GatewayError::TooManyRequests(counted(
-                    &tenant.name,
-                    refusal,
-                )))
+                Err(GatewayError::TooManyRequests(counted(tenant.name, refusal)))
             }
         }
     }
@@ -123,7 +117,7 @@ impl Rates {
     /// an audit event like every tool call's, with outcome `limited`.
     pub async fn check_call(
         &self,
-        tenant: &Tenant,
+        tenant: &TenantView<'_>,
         principal: &Principal,
         upstream: &str,
         tool: &str,
@@ -169,7 +163,7 @@ impl Rates {
             Ok(Verdict::Refused { bucket, quota }) => {
                 let refusal = describe(limits, &buckets, &quotas, bucket, quota, now);
                 audit(tenant, principal, upstream, tool, &refusal.limit);
-                return Err(GatewayError::LimitReached(counted(&tenant.name, refusal)));
+                return Err(GatewayError::LimitReached(counted(tenant.name, refusal)));
             }
             Err(e) => e,
         };
@@ -180,18 +174,19 @@ impl Rates {
     /// Charges one check; a Redis failure is decided by the tenant's `on_store_error`.
     async fn verdict(
         &self,
-        tenant: &Tenant,
+        tenant: &TenantView<'_>,
         buckets: &[BucketCheck<'_>],
         quotas: &[QuotaCheck<'_>],
         now: u64,
     ) -> Result<Verdict, GatewayError> {
         let error = match &self.backend {
-            Backend::Local(local) => return Ok(local.check(&tenant.name, buckets, quotas, now)),
-            Backend::Shared(shared) => match shared.check(&tenant.name, buckets, quotas, now).await
-            {
-                Ok(verdict) => return Ok(verdict),
-                Err(e) => e,
-            },
+            Backend::Local(local) => return Ok(local.check(tenant.name, buckets, quotas, now)),
+            Backend::Shared(shared) => {
+                match shared.check(tenant.name, buckets, quotas, now).await {
+                    Ok(verdict) => return Ok(verdict),
+                    Err(e) => e,
+                }
+            }
         };
         self.store_errors.decide(
             tenant,
@@ -204,7 +199,7 @@ impl Rates {
 }
 
 /// A refused `tools/call`, logged like every tool call (`switchyard::audit`).
-fn audit(tenant: &Tenant, principal: &Principal, upstream: &str, tool: &str, limit: &str) {
+fn audit(tenant: &TenantView<'_>, principal: &Principal, upstream: &str, tool: &str, limit: &str) {
     tracing::info!(
         target: "switchyard::audit",
         tenant = %tenant.name,

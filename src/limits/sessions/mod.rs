@@ -1,30 +1,29 @@
 //! Session-level caps: live sessions per user and per tenant (`admit` at `initialize`, before
 //! any upstream is reached; `refresh` with the record's time-to-live; `release` when the
-//! session ends), per-session processes (`processes`), requests in flight per session
-//! (`enter_request`), batch length (`check_batch`). The handshake deadline is `handshake`.
+//! session ends), per-session processes (`reserve_processes`, counted by
+//! `session::Processes`), requests in flight per session (`enter_request`, counted by
+//! `session::InFlight`), batch length (`check_batch`). The handshake deadline is the
+//! gateway's (`gateway::handshake`).
 //! Session counts live in Redis with the Redis store (`shared`: one script, one round trip)
 //! and in the process with the memory store (`local`); processes and requests in flight are
 //! counted per replica.
 
-pub mod handshake;
-mod in_flight;
 mod local;
-mod processes;
 mod shared;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use in_flight::{InFlight, InFlightGuard};
 use local::LocalSessions;
-pub use processes::{ProcessCap, ProcessPermit, ProcessSource, Processes};
 use shared::{Op, SharedSessions};
 
 use super::outcome::{StoreErrors, counted as counted_refusal};
 use crate::cluster::Redis;
 use crate::error::{GatewayError, LimitRefusal};
-use crate::session::{LiveSession, StoreError};
-use crate::tenant::Tenant;
+use crate::limits::TenantView;
+use crate::session::{
+    InFlightGuard, LiveSession, ProcessCap, ProcessPermit, ProcessSource, Processes, StoreError,
+};
 
 /// What a client refused a new session is told to wait: sessions end at any moment (a
 /// DELETE, a handshake deadline), so a few seconds.
@@ -81,7 +80,7 @@ impl SessionCaps {
     /// A Redis failure is decided by the tenant's `on_store_error`.
     pub async fn admit(
         &self,
-        tenant: &Tenant,
+        tenant: &TenantView<'_>,
         session: &LiveSession,
         ttl: Duration,
     ) -> Result<(), GatewayError> {
@@ -115,7 +114,7 @@ impl SessionCaps {
         };
         let refusal = match outcome {
             Outcome::Counted { sessions } => {
-                usage(&tenant.name, sessions);
+                usage(tenant.name, sessions);
                 return Ok(());
             }
             Outcome::UserFull => LimitRefusal {
@@ -133,7 +132,7 @@ impl SessionCaps {
             },
         };
         Err(GatewayError::TooManyRequests(counted_refusal(
-            &tenant.name,
+            tenant.name,
             refusal,
         )))
     }
@@ -161,24 +160,25 @@ impl SessionCaps {
     /// `n` per-session processes for a new session of `tenant`, or 429 (nothing taken).
     pub fn reserve_processes(
         &self,
-        tenant: &Tenant,
+        tenant: &TenantView<'_>,
         n: u32,
     ) -> Result<Vec<ProcessPermit>, GatewayError> {
         let cap = tenant.config.limits.session_processes;
         let permits = self
             .processes
-            .reserve(&tenant.name, cap, n)
-            .map_err(|c| GatewayError::TooManyRequests(process_refusal(&tenant.name, c)))?;
+            .reserve(tenant.name, cap, n)
+            .map_err(|c| GatewayError::TooManyRequests(process_refusal(tenant.name, c)))?;
         Ok(permits)
     }
 
     /// Where a session live on this replica takes a process it had none reserved for (one
     /// continued from another replica).
-    pub fn process_source(&self, tenant: &Tenant) -> ProcessSource {
+    pub fn process_source(&self, tenant: &TenantView<'_>) -> ProcessSource {
         ProcessSource::new(
             self.processes.clone(),
             tenant.name.clone(),
             tenant.config.limits.session_processes,
+            process_refusal,
         )
     }
 
@@ -207,13 +207,13 @@ impl SessionCaps {
 /// A place for one more request of `session`, or `-32029` when `in_flight_per_session` are
 /// being answered on this replica already.
 pub fn enter_request(
-    tenant: &Tenant,
+    tenant: &TenantView<'_>,
     session: &LiveSession,
 ) -> Result<InFlightGuard, GatewayError> {
     let max = tenant.config.limits.in_flight_per_session;
     session.in_flight.enter(max).ok_or_else(|| {
         GatewayError::LimitReached(counted_refusal(
-            &tenant.name,
+            tenant.name,
             LimitRefusal {
                 limit: "in_flight_per_session".into(),
                 what: format!("{max} requests of one session in flight"),
@@ -224,14 +224,14 @@ pub fn enter_request(
 }
 
 /// A batch of `members` messages within the tenant's `max_batch`, or 400 before any runs.
-pub fn check_batch(tenant: &Tenant, members: usize) -> Result<(), GatewayError> {
+pub fn check_batch(tenant: &TenantView<'_>, members: usize) -> Result<(), GatewayError> {
     let max = tenant.config.limits.max_batch;
     if members <= max as usize {
         return Ok(());
     }
     crate::metrics::get()
         .limit_refusals
-        .with_label_values(&[&tenant.name, "max_batch"])
+        .with_label_values(&[tenant.name, "max_batch"])
         .inc();
     Err(GatewayError::BatchTooLong { max, got: members })
 }

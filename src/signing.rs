@@ -1,5 +1,7 @@
-//! Composite list cursors: every upstream's own cursor in one opaque token, authenticated with
-//! HMAC-SHA256 so a client cannot forge or edit one (a tampered cursor is `-32602`).
+//! A tenant's signing key (`CursorKey`, HMAC-SHA256): the opaque tokens it seals cannot be
+//! forged or edited — composite list cursors (every upstream's own cursor in one token; a
+//! tampered one is `-32602`), MRTR `requestState`s — and the values it derives (stateless
+//! session ids) are the same on every replica that shares the key (`cluster::Bus::tenant_key`).
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

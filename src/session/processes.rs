@@ -1,7 +1,7 @@
 //! Per-session stdio processes on this replica: counted while a session holds them, against
 //! the process-wide `limits.max_session_processes` and the tenant's `session_processes`.
 //! Lock-free counters; a permit gives its place back when dropped (the link closed, the
-//! session ended, or the spawn failed).
+//! session ended, or the spawn failed). The caps and their refusals are `limits::sessions`'.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -29,14 +29,25 @@ pub struct ProcessSource {
     processes: Arc<Processes>,
     tenant: Arc<str>,
     cap: Option<u32>,
+    /// The refusal of a cap, counted (`limits::sessions::process_refusal`).
+    refusal: Refusal,
 }
 
+/// How a cap that refuses a place is told to the client: `(tenant, cap)` → the refusal.
+pub type Refusal = fn(&str, ProcessCap) -> crate::error::LimitRefusal;
+
 impl ProcessSource {
-    pub fn new(processes: Arc<Processes>, tenant: Arc<str>, cap: Option<u32>) -> ProcessSource {
+    pub fn new(
+        processes: Arc<Processes>,
+        tenant: Arc<str>,
+        cap: Option<u32>,
+        refusal: Refusal,
+    ) -> ProcessSource {
         ProcessSource {
             processes,
             tenant,
             cap,
+            refusal,
         }
     }
 
@@ -44,9 +55,9 @@ impl ProcessSource {
     pub fn take(&self) -> Result<ProcessPermit, crate::error::LimitRefusal> {
         self.processes
             .reserve(&self.tenant, self.cap, 1)
-            .map_err(|c| super::process_refusal(&self.tenant, c))?
+            .map_err(|c| (self.refusal)(&self.tenant, c))?
             .pop()
-            .ok_or_else(|| super::process_refusal(&self.tenant, ProcessCap::Total(0)))
+            .ok_or_else(|| (self.refusal)(&self.tenant, ProcessCap::Total(0)))
     }
 }
 

@@ -3,26 +3,30 @@
 //! replica created), persist, expire, delete. A config reload swaps the tenant table whole
 //! (`apply`); requests read it without locks.
 
+mod apply;
+mod bus;
+pub mod handshake;
+mod open;
+pub mod parked;
+
+pub use apply::ReloadReport;
+pub use bus::RequestRelay;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use bytes::Bytes;
 use tokio::sync::watch;
 
-use crate::cluster::{Bus, BusMessage, LAYOUT_VERSION, Layout, Redis, RedisSessionStore};
-use crate::config::{Config, Limits, StoreConfig};
+use crate::cluster::{Bus, BusMessage};
+use crate::config::{Config, Limits};
 use crate::error::GatewayError;
-use crate::session::memory::MemorySessionStore;
 use crate::session::{
     LiveSession, SessionBackend, SessionId, SessionKey, SessionStore, StoreError,
 };
 use crate::tenant::Tenant;
-use crate::upstream::{Ending, UpstreamId};
-
-/// The user of requests on tenants without authentication.
-pub const ANONYMOUS: &str = "anonymous";
+use crate::upstream::Ending;
 
 pub struct Gateway {
     /// The gateway itself, for tasks that must not keep it alive (handshake deadlines).
@@ -38,7 +42,7 @@ pub struct Gateway {
     pub session_bounds: crate::config::SessionBounds,
     pub limits: Limits,
     /// Reads every client request body under `limits` and the process-wide body budget.
-    pub bodies: crate::http::body::BodyReader,
+    pub bodies: crate::listener::body::BodyReader,
     /// Tenant limits' state (buckets, session counters, upstream gates).
     pub limiter: crate::limits::Limiter,
     /// Proxies trusted to name the client (`Forwarded`, `X-Forwarded-For`), for the client
@@ -51,7 +55,9 @@ pub struct Gateway {
     /// Forwarded requests whose events are still being recorded (drained at shutdown).
     pumps: Arc<Pumps>,
     /// Requests of stateless clients waiting for their retry with the input they need.
-    pub interactions: crate::router::mrtr::Interactions,
+    pub interactions: parked::Interactions,
+    /// The router's and the HTTP layer's part of the bus (`bus.rs`).
+    relay: Box<dyn RequestRelay>,
 }
 
 /// The tenants of one config, by endpoint path and by name.
@@ -84,31 +90,6 @@ impl TenantTable {
     }
 }
 
-/// What a config reload changed.
-#[derive(Debug, Default)]
-pub struct ReloadReport {
-    pub tenants_added: Vec<String>,
-    pub tenants_removed: Vec<String>,
-    /// `tenant/upstream` of every upstream built anew (added, or its config changed).
-    pub upstreams_started: Vec<String>,
-    /// `tenant/upstream` of every upstream taken out of service (removed, or replaced).
-    pub upstreams_retired: Vec<String>,
-    /// Tenants whose settings other than upstreams changed (policies, auth, hosts, ...).
-    pub tenants_changed: Vec<String>,
-    /// Settings that differ from the running ones but take effect only on a restart.
-    pub needs_restart: Vec<&'static str>,
-}
-
-impl ReloadReport {
-    pub fn is_empty(&self) -> bool {
-        self.tenants_added.is_empty()
-            && self.tenants_removed.is_empty()
-            && self.upstreams_started.is_empty()
-            && self.upstreams_retired.is_empty()
-            && self.tenants_changed.is_empty()
-    }
-}
-
 /// The count of request pumps running, and a wake-up when it reaches zero.
 #[derive(Default)]
 pub struct Pumps {
@@ -116,44 +97,14 @@ pub struct Pumps {
     idle: tokio::sync::Notify,
 }
 
-/// Connects the configured store (checking the Redis keyspace layout) and the bus.
-pub async fn open_store(config: &Config) -> Result<(SessionBackend, Bus), String> {
-    match &config.sessions.store {
-        StoreConfig::Memory => Ok((
-            SessionBackend::Memory(MemorySessionStore::new()),
-            Bus::local(),
-        )),
-        StoreConfig::Redis(r) => {
-            let redis = Redis::connect(r).await?;
-            match redis.layout().await.map_err(|e| e.to_string())? {
-                Layout::Current => {}
-                // No record: a new (or emptied) Redis is set up here; a keyspace with keys of
-                // another layout is left to `switchyard migrate`.
-                Layout::Behind { found: 0 } if redis.initialize_if_unrecorded().await? => {}
-                Layout::Behind { found } => {
-                    return Err(format!(
-                        "the Redis keyspace has layout {found} but this gateway needs {LAYOUT_VERSION}: run `switchyard migrate --config <file>` first"
-                    ));
-                }
-                Layout::Ahead { found } => {
-                    return Err(format!(
-                        "the Redis keyspace has layout {found}, newer than this gateway's {LAYOUT_VERSION}: a newer switchyard wrote it; refusing to start"
-                    ));
-                }
-            }
-            let secret = redis
-                .signing_secret()
-                .await
-                .map_err(|e| format!("cannot read the replicas' signing secret: {e}"))?;
-            let bus = Bus::redis(redis.clone(), config.sessions.ttl, secret);
-            Ok((SessionBackend::Redis(RedisSessionStore::new(redis)), bus))
-        }
-    }
-}
-
 impl Gateway {
     /// Builds every tenant (starting shared upstream processes) and starts listening on the bus.
-    pub fn start(config: &Config, store: SessionBackend, bus: Bus) -> Result<Arc<Gateway>, String> {
+    pub fn start(
+        config: &Config,
+        store: SessionBackend,
+        bus: Bus,
+        relay: Box<dyn RequestRelay>,
+    ) -> Result<Arc<Gateway>, String> {
         let bus = Arc::new(bus);
         let tenants = config
             .tenants
@@ -170,7 +121,7 @@ impl Gateway {
             session_ttl: config.sessions.ttl,
             session_bounds: config.sessions.bounds,
             limits: config.limits.clone(),
-            bodies: crate::http::body::BodyReader::new(&config.limits),
+            bodies: crate::listener::body::BodyReader::new(&config.limits),
             trusted_proxies: config.trusted_proxies.clone(),
             limiter,
             loopback: config.listen.ip().to_canonical().is_loopback(),
@@ -178,6 +129,7 @@ impl Gateway {
             bus_listener: Mutex::new(None),
             pumps: Arc::default(),
             interactions: Default::default(),
+            relay,
         });
         let weak: Weak<Gateway> = Arc::downgrade(&gateway);
         let listener = bus.spawn_listener(move |msg| {
@@ -215,103 +167,6 @@ impl Gateway {
         self.tenants.load_full()
     }
 
-    /// Applies a new, validated config to the running gateway without dropping sessions:
-    /// tenants are added, rebuilt or removed; within a tenant, unchanged upstreams keep running
-    /// as they are, new ones start, and removed or changed ones are retired (live sessions let
-    /// go of them, and clients are told their lists changed). Settings that need a restart
-    /// (listeners, TLS files, limits, the session store) are reported, not applied. On error
-    /// nothing changes.
-    pub async fn apply(&self, config: &Config) -> Result<ReloadReport, String> {
-        let mut applied = self.applied.lock().await;
-        let mut report = ReloadReport {
-            needs_restart: restart_only_changes(&applied, config),
-            ..ReloadReport::default()
-        };
-        let old = self.tenants.load_full();
-        let mut next = Vec::with_capacity(config.tenants.len());
-        let mut rebuilt = Vec::new();
-        let mut fresh: Vec<Arc<Tenant>> = Vec::new();
-        for tc in &config.tenants {
-            let built = match old.by_name(&tc.name) {
-                Some(t) if t.config == *tc => Ok(t.clone()),
-                Some(t) => t.rebuild(tc, &self.limits).map(|(new, retired)| {
-                    rebuilt.push((t.clone(), new.clone(), retired));
-                    new
-                }),
-                None => Tenant::start(tc, &self.limits, self.bus.tenant_key(&tc.name))
-                    .inspect(|t| fresh.push(t.clone())),
-            };
-            match built {
-                Ok(t) => next.push(t),
-                Err(e) => {
-                    // Undo: whatever this attempt started stops again.
-                    for t in fresh {
-                        t.shutdown(Ending::End).await;
-                    }
-                    for (old_t, new_t, _) in rebuilt {
-                        for u in new_t.upstreams.iter() {
-                            if !old_t.upstreams.iter().any(|o| Arc::ptr_eq(o, u)) {
-                                u.retire().await;
-                            }
-                        }
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        let removed: Vec<Arc<Tenant>> = old
-            .iter()
-            .filter(|t| !config.tenants.iter().any(|tc| *tc.name == *t.name))
-            .cloned()
-            .collect();
-        self.tenants.store(Arc::new(TenantTable::new(next)));
-
-        report.tenants_added = fresh.iter().map(|t| t.name.to_string()).collect();
-        for (old_t, new_t, retired) in rebuilt {
-            let qualified =
-                |u: &Arc<crate::upstream::Upstream>| format!("{}/{}", new_t.name, u.name());
-            let started: Vec<String> = new_t
-                .upstreams
-                .iter()
-                .filter(|u| !old_t.upstreams.iter().any(|o| Arc::ptr_eq(o, u)))
-                .map(qualified)
-                .collect();
-            let lists_changed = !started.is_empty()
-                || !retired.is_empty()
-                || old_t.config.tool_policies != new_t.config.tool_policies;
-            if started.is_empty() && retired.is_empty() {
-                report.tenants_changed.push(new_t.name.to_string());
-            }
-            report.upstreams_started.extend(started);
-            report
-                .upstreams_retired
-                .extend(retired.iter().map(qualified));
-            let keep: Vec<UpstreamId> = new_t.upstreams.iter().map(|u| u.info.id).collect();
-            // Sessions let go of retired upstreams first, so none is left on a stopped process.
-            for u in &retired {
-                u.mark_retired();
-            }
-            let sessions = new_t.directory.all();
-            futures_util::future::join_all(sessions.iter().map(|s| s.drop_links_except(&keep)))
-                .await;
-            futures_util::future::join_all(retired.iter().map(|u| u.retire())).await;
-            if lists_changed {
-                for method in LIST_CHANGED {
-                    new_t
-                        .directory
-                        .broadcast(&Bytes::from(crate::jsonrpc::notification(method, None)));
-                }
-            }
-        }
-        for t in &removed {
-            report.tenants_removed.push(t.name.to_string());
-            crate::metrics::get().forget_tenant(&t.name);
-            // Its endpoint is gone: its sessions end here (records expire by their TTL).
-            t.shutdown(Ending::End).await;
-        }
-        *applied = config.clone();
-        Ok(report)
-    }
     /// Resolves a presented session id for `user` on `tenant`: live on this replica, or
     /// created elsewhere and loaded from the store. Unknown, expired, deleted, or belonging to
     /// someone else all look the same: `SessionNotFound` (the last is logged as a security
@@ -400,7 +255,7 @@ impl Gateway {
         };
         let session = LiveSession::from_record(key, record, self.bus.clone())
             .with_bounds(self.session_bounds)
-            .with_process_source(self.limiter.sessions.process_source(tenant));
+            .with_process_source(self.limiter.sessions.process_source(&tenant.for_limits()));
         let session = Arc::new(session);
         tracing::info!(tenant = %tenant.name, session = ?session.key.id, replica = %self.bus.replica, "session continued on this replica");
         // Two requests racing here keep one live state.
@@ -554,96 +409,6 @@ impl Gateway {
         Readiness { ready, store, down }
     }
 
-    /// A message from another replica about a session live here.
-    fn on_bus(self: &Arc<Self>, msg: BusMessage) {
-        let Some(tenant) = self.tenants.load().by_name(&msg.target().tenant).cloned() else {
-            return;
-        };
-        // Retries continued across replicas: keyed by the retry, not by a live session.
-        let msg = match msg {
-            resume @ BusMessage::Resume { .. } => {
-                tokio::spawn(crate::http::continue_retry(self.clone(), tenant, resume));
-                return;
-            }
-            BusMessage::Resumed {
-                key,
-                message,
-                done,
-                status,
-                ..
-            } => {
-                let event = crate::router::mrtr::Resumed {
-                    message: Bytes::from(message),
-                    done,
-                    status,
-                };
-                self.interactions.on_resumed(&key, event);
-                return;
-            }
-            BusMessage::ResumeClosed { key, .. } => {
-                self.interactions.stop_continuing(&key);
-                return;
-            }
-            other => other,
-        };
-        let to = msg.target();
-        let Some(id) = SessionId::from_presented(&to.session) else {
-            return;
-        };
-        let Some(session) = tenant
-            .directory
-            .get(&id)
-            .filter(|s| *s.key.user == *to.user)
-        else {
-            // A 2024-11-05 stream held here for a session live elsewhere (or not yet created).
-            let streams = &tenant.directory.legacy_streams;
-            match &msg {
-                BusMessage::Deliver { message, .. } => {
-                    streams.deliver(&id, &to.user, message.as_bytes());
-                }
-                BusMessage::Ended { .. } => streams.finish(&id, &to.user),
-                _ => {}
-            }
-            return;
-        };
-        match msg {
-            BusMessage::Deliver { message, to } => {
-                let message = Bytes::from(message);
-                if !session.deliver_local(message.clone())
-                    && !tenant
-                        .directory
-                        .legacy_streams
-                        .deliver(&id, &to.user, &message)
-                {
-                    tracing::debug!(
-                        "a message for a GET stream this replica no longer holds was dropped"
-                    );
-                }
-            }
-            BusMessage::Answer { message, .. }
-            | BusMessage::Progress { message, .. }
-            | BusMessage::Cancel { message, .. } => {
-                tokio::spawn(async move {
-                    crate::router::handle_forwarded(&tenant, &session, message.as_bytes()).await;
-                });
-            }
-            BusMessage::GetMoved { by, .. } => {
-                if by != *self.bus.replica {
-                    session.release_get_stream();
-                }
-            }
-            BusMessage::Ended { .. } => {
-                let gateway = self.clone();
-                tokio::spawn(async move {
-                    gateway.drop_local(&tenant, &session.key, Ending::End).await;
-                });
-            }
-            BusMessage::Resume { .. }
-            | BusMessage::Resumed { .. }
-            | BusMessage::ResumeClosed { .. } => {}
-        }
-    }
-
     /// Counts a forwarded request whose events are being recorded until its response.
     pub fn pump_started(&self) -> PumpGuard {
         self.pumps
@@ -737,32 +502,6 @@ impl Drop for PumpGuard {
             self.0.idle.notify_waiters();
         }
     }
-}
-
-/// The notifications that tell clients to fetch their lists again after a reload.
-const LIST_CHANGED: [&str; 3] = [
-    "notifications/tools/list_changed",
-    "notifications/prompts/list_changed",
-    "notifications/resources/list_changed",
-];
-
-/// The settings that differ between `running` and `next` but apply only at startup.
-fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
-    [
-        ("listen", running.listen != next.listen),
-        ("admin_listen", running.admin_listen != next.admin_listen),
-        ("tls", running.tls != next.tls),
-        ("limits", running.limits != next.limits),
-        ("sessions", running.sessions != next.sessions),
-        ("telemetry", running.telemetry != next.telemetry),
-        (
-            "trusted_proxies",
-            running.trusted_proxies != next.trusted_proxies,
-        ),
-    ]
-    .into_iter()
-    .filter_map(|(name, changed)| changed.then_some(name))
-    .collect()
 }
 
 fn store_unavailable(e: StoreError) -> GatewayError {

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::config::{BodyLimits, Limits};
 use crate::error::GatewayError;
 
-/// How bodies are read, and the budget they share: one per process (per `Gateway`).
+/// How bodies are read, and the budget they share: one per process (the `Gateway`'s).
 #[derive(Debug)]
 pub struct BodyReader {
     max_body: usize,

@@ -1,7 +1,9 @@
 //! The requests upstreams sent a session's client (sampling, elicitation, roots, ping) that
-//! wait for its answer, by the id the client sees. Bounded (`max_server_requests`): beyond it
-//! a new one is refused at once. Each expires (`server_request_timeout`): the upstream then
-//! gets an error, and an answer the client sends later finds nothing and is dropped.
+//! wait for its answer, by the id the client sees (the table a `LiveSession` holds).
+//! Bounded (`max_server_requests`): beyond it a new one is refused at once. Each expires
+//! (`server_request_timeout`): the upstream then gets an error, and an answer the client
+//! sends later finds nothing and is dropped. The client's answer, or the gateway's refusal,
+//! goes back to whoever asked (`answer`, `refuse`): the upstream, or the retry dance.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -9,8 +11,9 @@ use std::time::Duration;
 
 use serde_json::value::RawValue;
 
+use super::{Connection, InternalReply};
 use crate::error::ServerRequestRefusal;
-use crate::upstream::Connection;
+use crate::jsonrpc::Outcome;
 
 /// `(token the client sees, the upstream's own progressToken)`.
 pub type ProgressMapping = (Box<str>, Box<RawValue>);
@@ -25,7 +28,7 @@ pub struct ServerRequestRoute {
     pub progress: Option<ProgressMapping>,
     /// Set when the gateway itself asked (the retry dance in front of a stateless upstream):
     /// the client's answer goes here, by `upstream_id`'s text, instead of to the upstream.
-    pub answer_to: Option<tokio::sync::mpsc::UnboundedSender<crate::upstream::Answer>>,
+    pub answer_to: Option<tokio::sync::mpsc::UnboundedSender<super::Answer>>,
 }
 
 struct Waiting {
@@ -133,6 +136,11 @@ impl ServerRequests {
     pub fn len(&self) -> usize {
         self.table.lock().map_or(0, |t| t.len())
     }
+
+    /// Whether none waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl Waiting {
@@ -160,7 +168,36 @@ async fn expire(table: &Weak<Table>, key: &str, after: Duration) {
         after_ms = after.as_millis() as u64,
         "a request to the client expired unanswered; the upstream got an error (a late answer will be dropped)"
     );
-    crate::upstream::refuse(route, &ServerRequestRefusal::Expired { after }).await;
+    refuse(route, &ServerRequestRefusal::Expired { after }).await;
+}
+
+/// Delivers the client's answer to a server-to-client request to whoever asked: the
+/// upstream, or the gateway's own retry dance (`retry.rs`).
+pub async fn answer(route: ServerRequestRoute, outcome: Outcome<'_>) {
+    if let Some(tx) = &route.answer_to {
+        let key = serde_json::from_str::<String>(route.upstream_id.get()).unwrap_or_default();
+        let _ = tx.send((key.into(), InternalReply::from(outcome)));
+        return;
+    }
+    if let Some(conn) = route.connection.upgrade() {
+        conn.respond(&route.upstream_id, outcome).await;
+    }
+}
+
+/// Answers a server-to-client request the client will not answer (it expired, or the session
+/// ended) with `refusal`'s error, to whoever asked.
+pub async fn refuse(route: ServerRequestRoute, refusal: &ServerRequestRefusal) {
+    let error = refused(refusal);
+    answer(route, Outcome::Error(&error)).await;
+}
+
+/// The error object an upstream gets for a request the gateway answered itself, counted.
+pub(super) fn refused(refusal: &ServerRequestRefusal) -> Box<RawValue> {
+    crate::metrics::get()
+        .server_requests_refused
+        .with_label_values(&[refusal.label()])
+        .inc();
+    refusal.error_object()
 }
 
 #[cfg(test)]

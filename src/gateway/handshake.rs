@@ -7,7 +7,7 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::gateway::Gateway;
+use super::Gateway;
 use crate::session::{LiveSession, SessionKey, SessionStore};
 use crate::tenant::Tenant;
 

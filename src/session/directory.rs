@@ -1,0 +1,64 @@
+//! The live sessions of a tenant on this replica (by id), and the 2024-11-05 streams held
+//! here: what a request, a bus message or a shared upstream connection finds sessions in.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use dashmap::DashMap;
+
+use super::{LegacyStreams, LiveSession, SessionId};
+
+/// The live sessions of a tenant on this replica, and the 2024-11-05 streams held here.
+#[derive(Default)]
+pub struct SessionDirectory {
+    sessions: DashMap<SessionId, Arc<LiveSession>>,
+    pub legacy_streams: LegacyStreams,
+}
+
+impl SessionDirectory {
+    pub fn get(&self, id: &SessionId) -> Option<Arc<LiveSession>> {
+        self.sessions.get(id).map(|s| s.clone())
+    }
+
+    pub fn insert(&self, session: Arc<LiveSession>) {
+        self.sessions.insert(session.key.id.clone(), session);
+    }
+
+    /// Inserts `session` unless one with its id is there already; returns the one kept.
+    pub fn insert_or_get(&self, session: Arc<LiveSession>) -> Arc<LiveSession> {
+        self.sessions
+            .entry(session.key.id.clone())
+            .or_insert(session)
+            .clone()
+    }
+
+    pub fn remove(&self, id: &SessionId) -> Option<Arc<LiveSession>> {
+        self.sessions.remove(id).map(|(_, s)| s)
+    }
+
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+
+    /// All sessions (a snapshot).
+    pub fn all(&self) -> Vec<Arc<LiveSession>> {
+        self.sessions.iter().map(|e| e.value().clone()).collect()
+    }
+
+    /// Sends a message to every session's GET stream (list changes of shared upstreams).
+    pub fn broadcast(&self, bytes: &Bytes) {
+        for s in self.sessions.iter() {
+            s.deliver_unsolicited(bytes.clone());
+        }
+    }
+}
+
+impl crate::upstream::Broadcast for SessionDirectory {
+    fn broadcast(&self, bytes: &Bytes) {
+        SessionDirectory::broadcast(self, bytes);
+    }
+}

@@ -1,0 +1,200 @@
+//! The transports under a connection (`Link`: stdio, Streamable HTTP, HTTP+SSE; a closed
+//! set) and what a connection does through them: send a request or a message, wait until the
+//! link carries requests, relay the upstream's own stream, close (ending or leaving the
+//! upstream session, `Ending`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::value::RawValue;
+
+use super::connection::Connection;
+use super::http::{HttpLink, McpHeaders};
+use super::legacy_sse::SseLink;
+use super::stdio::{LinkState, StdioLink};
+use crate::error::GatewayError;
+use crate::jsonrpc::{self, Outcome};
+use crate::protocol::param_headers::ParamHeaders;
+use crate::telemetry::Propagation;
+
+/// The transport under a connection. A closed set.
+pub enum Link {
+    Stdio(StdioLink),
+    Http(HttpLink),
+    /// HTTP with SSE (2024-11-05).
+    Sse(SseLink),
+}
+
+/// Why a session's live state on this replica goes away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The client session is over (DELETE, expiry with nobody else to serve it): upstream
+    /// sessions end too.
+    End,
+    /// Only this replica lets go (idle here, shutting down) while the stored session lives on:
+    /// upstream HTTP sessions stay open for whichever replica serves the next request.
+    Release,
+}
+
+impl Connection {
+    /// The `Mcp-Method`/`Mcp-Name`/`Mcp-Param-*` headers of a request on an HTTP link of the
+    /// stateless revision (none on other links).
+    pub(super) fn mcp_headers(
+        &self,
+        method: &str,
+        params: Option<&RawValue>,
+        mirror: Option<&ParamHeaders>,
+    ) -> Option<McpHeaders> {
+        match &self.link {
+            Link::Http(_) if self.is_stateless() => McpHeaders::of(method, params, mirror),
+            _ => None,
+        }
+    }
+
+    /// Whether requests on this link mirror tool arguments into `Mcp-Param-*` headers: an
+    /// HTTP upstream of the stateless revision.
+    pub fn mirrors_params(&self) -> bool {
+        matches!(self.link, Link::Http(_)) && self.is_stateless()
+    }
+
+    /// Waits until the link can carry requests (bounded), or fails with a clear reason. An
+    /// SSE link whose stream ended opens a new upstream session here.
+    pub async fn ready(self: &Arc<Self>, timeout: Duration) -> Result<(), GatewayError> {
+        match &self.link {
+            Link::Stdio(l) => l.ready(&self.info.name, timeout).await,
+            Link::Http(_) => Ok(()),
+            Link::Sse(l) => l.ready(self, timeout).await,
+        }
+    }
+
+    /// Sends a request; an HTTP upstream also gets the trace context in headers.
+    pub(super) async fn send_request(
+        self: &Arc<Self>,
+        id: u64,
+        bytes: Vec<u8>,
+        trace: Option<Propagation>,
+        mcp: Option<McpHeaders>,
+    ) -> Result<(), GatewayError> {
+        match &self.link {
+            Link::Stdio(l) => l.send(&self.info.name, bytes).await,
+            Link::Http(l) => {
+                l.spawn_request(self.clone(), id, Bytes::from(bytes), trace, mcp);
+                Ok(())
+            }
+            Link::Sse(l) => l.post(self, Bytes::from(bytes), trace.as_ref()).await,
+        }
+    }
+
+    /// Sends a notification (or a response) to the upstream.
+    pub async fn send_message(self: &Arc<Self>, bytes: Vec<u8>) -> Result<(), GatewayError> {
+        match &self.link {
+            Link::Stdio(l) => l.send(&self.info.name, bytes).await,
+            Link::Http(l) => l.post_message(self, Bytes::from(bytes)).await,
+            Link::Sse(l) => l.post(self, Bytes::from(bytes), None).await,
+        }
+    }
+
+    pub async fn notify(
+        self: &Arc<Self>,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<(), GatewayError> {
+        self.send_message(jsonrpc::notification(method, params))
+            .await
+    }
+
+    pub(crate) async fn notify_during_handshake(
+        self: &Arc<Self>,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<(), GatewayError> {
+        self.notify(method, params).await
+    }
+
+    /// Answers a server-to-client request of the upstream (the client's reply, or an error).
+    pub async fn respond(self: &Arc<Self>, upstream_id: &RawValue, outcome: Outcome<'_>) {
+        let bytes = jsonrpc::response_with_id(upstream_id, outcome);
+        if let Err(e) = self.send_message(bytes).await {
+            tracing::warn!(upstream = %self.info.name, error = %e, "could not deliver a reply to the upstream");
+        }
+    }
+
+    /// Closes the link (process shutdown or upstream session DELETE) and fails what is pending.
+    pub async fn close(&self) {
+        self.close_as(Ending::End).await;
+    }
+
+    /// Closes the connection; on `Ending::Release` an upstream HTTP session is left open for
+    /// another replica that continues the client session.
+    pub async fn close_as(&self, ending: Ending) {
+        match &self.link {
+            Link::Stdio(l) => l.close().await,
+            Link::Http(l) => l.close(ending == Ending::End).await,
+            Link::Sse(l) => l.close(),
+        }
+        self.fail_all(&GatewayError::UpstreamClosed {
+            upstream: self.info.name.to_string(),
+            reason: "the connection was closed".into(),
+        });
+    }
+
+    /// Starts relaying the upstream's own stream of unsolicited messages (HTTP GET stream,
+    /// or the gateway's `subscriptions/listen` on a stateless upstream). Stdio upstreams
+    /// always relay; this is a no-op for them.
+    pub fn listen(self: &Arc<Self>) {
+        if self.is_stateless() {
+            self.subscribe();
+            return;
+        }
+        if let Link::Http(l) = &self.link {
+            l.listen(self);
+        }
+    }
+
+    /// Whether the link carries requests now (stdio: handshake done; HTTP: always, as its
+    /// sessions open on demand; SSE: a stream is open and initialized).
+    pub fn is_ready(&self) -> bool {
+        match &self.link {
+            Link::Stdio(l) => matches!(l.state(), LinkState::Ready),
+            Link::Http(_) => true,
+            Link::Sse(l) => l.is_ready(),
+        }
+    }
+
+    /// The child process id of a stdio connection (diagnostics and tests).
+    pub fn pid(&self) -> Option<u32> {
+        match &self.link {
+            Link::Stdio(l) => l.pid(),
+            Link::Http(_) | Link::Sse(_) => None,
+        }
+    }
+
+    /// Restarts of a stdio connection after unexpected exits.
+    pub fn restarts(&self) -> u64 {
+        match &self.link {
+            Link::Stdio(l) => l.restarts(),
+            Link::Http(_) | Link::Sse(_) => 0,
+        }
+    }
+
+    /// The upstream's own session id (Streamable HTTP; an SSE session cannot be continued
+    /// from another replica, so it has none to record).
+    pub fn upstream_session_id(&self) -> Option<String> {
+        match &self.link {
+            Link::Http(l) => l.session_id(),
+            Link::Stdio(_) | Link::Sse(_) => None,
+        }
+    }
+}
+
+/// Starts a stdio connection's process (and its supervision).
+pub(super) fn start_stdio(conn: &Arc<Connection>) {
+    if let Link::Stdio(l) = &conn.link {
+        l.start(
+            Arc::downgrade(conn),
+            conn.info.init_timeout,
+            conn.info.max_message,
+        );
+    }
+}
