@@ -118,50 +118,42 @@ apt_as_root() {
     fi
 }
 
-# -------------------------------------------------------------------- redis --
+# ----------------------------------------------------------- Debian packages --
+# ensure_package LABEL PACKAGE COMMAND TIMEOUT: the Debian package PACKAGE, which provides
+# COMMAND, installed with apt-get when COMMAND is missing (root or passwordless sudo; a clear
+# error otherwise), the install bounded by TIMEOUT seconds.
+ensure_package() {
+    local label="$1" package="$2" command="$3" limit="$4" bin
+    if bin="$(command -v "$command" 2>/dev/null)" || { [[ -x "/usr/bin/$command" ]] && bin="/usr/bin/$command"; }; then
+        log "$label: present ($bin, $("$bin" --version 2>/dev/null | head -1))"
+        return
+    fi
+    local -a apt
+    apt_as_root apt
+    ((${#apt[@]})) || die "$package is not installed and this user cannot install it (not root, no passwordless sudo). Install it with: sudo apt-get install -y $package"
+    command -v apt-get >/dev/null 2>&1 || die "$package is not installed and apt-get is unavailable; install Debian's $package package manually"
+    log "$label: installing $package with: ${apt[*]} install $package"
+    # Fresh machines often have no package lists yet: update first (bounded).
+    timeout 600 "${apt[@]}" update -qq \
+        || die "apt-get update failed; cannot install $package"
+    timeout "$limit" "${apt[@]}" install -y -qq --no-install-recommends "$package" >&2 \
+        || die "apt-get install $package failed"
+    command -v "$command" >/dev/null 2>&1 || die "$command still not on PATH after apt-get install"
+    log "$label: installed ($("$command" --version 2>/dev/null | head -1))"
+}
+
+# redis-server: the tests start their own, on free ports.
 ensure_redis() {
     if [[ "${SWITCHYARD_SKIP_REDIS:-}" == 1 ]]; then
         log "redis: skipped (SWITCHYARD_SKIP_REDIS=1)"
         return
     fi
-    local bin
-    if bin="$(command -v redis-server 2>/dev/null)" || { [[ -x /usr/bin/redis-server ]] && bin=/usr/bin/redis-server; }; then
-        log "redis: present ($bin, $("$bin" --version | cut -d' ' -f1-3))"
-        return
-    fi
-    local -a apt
-    apt_as_root apt
-    ((${#apt[@]})) || die "redis-server is not installed and this user cannot install it (not root, no passwordless sudo). Install it with: sudo apt-get install -y redis-server"
-    command -v apt-get >/dev/null 2>&1 || die "redis-server is not installed and apt-get is unavailable; install redis-server manually"
-    log "redis: installing redis-server with: ${apt[*]} install redis-server"
-    # Fresh machines often have no package lists yet: update first (bounded).
-    timeout 600 "${apt[@]}" update -qq \
-        || die "apt-get update failed; cannot install redis-server"
-    timeout 900 "${apt[@]}" install -y -qq --no-install-recommends redis-server >&2 \
-        || die "apt-get install redis-server failed"
-    command -v redis-server >/dev/null 2>&1 || die "redis-server still not on PATH after apt-get install"
-    log "redis: installed ($(redis-server --version | cut -d' ' -f1-3))"
+    ensure_package redis redis-server redis-server 900
 }
 
-# ----------------------------------------------------------------- chromium --
 # Debian's chromium, driven headless by the browser test of CORS (tests/it/cors.rs).
 ensure_chromium() {
-    local bin
-    if bin="$(command -v chromium 2>/dev/null)" || { [[ -x /usr/bin/chromium ]] && bin=/usr/bin/chromium; }; then
-        log "chromium: present ($bin, $("$bin" --version 2>/dev/null | head -1))"
-        return
-    fi
-    local -a apt
-    apt_as_root apt
-    ((${#apt[@]})) || die "chromium is not installed and this user cannot install it (not root, no passwordless sudo). Install it with: sudo apt-get install -y chromium"
-    command -v apt-get >/dev/null 2>&1 || die "chromium is not installed and apt-get is unavailable; install Debian's chromium package manually"
-    log "chromium: installing chromium with: ${apt[*]} install chromium"
-    timeout 600 "${apt[@]}" update -qq \
-        || die "apt-get update failed; cannot install chromium"
-    timeout 1200 "${apt[@]}" install -y -qq --no-install-recommends chromium >&2 \
-        || die "apt-get install chromium failed"
-    command -v chromium >/dev/null 2>&1 || die "chromium still not on PATH after apt-get install"
-    log "chromium: installed ($(chromium --version 2>/dev/null | head -1))"
+    ensure_package chromium chromium chromium 1200
 }
 
 # ------------------------------------------------- Kubernetes packaging tools --
