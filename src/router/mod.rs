@@ -2,6 +2,7 @@
 //! route it to the upstream that owns the name or URI it targets, or relay it (notifications,
 //! the client's answers to server-to-client requests).
 
+mod audit;
 mod catalog;
 mod initialize;
 pub mod mrtr;
@@ -500,16 +501,28 @@ async fn route_by_name(
             GatewayError::InvalidParams(format!("`name` (the {what} name) is required"))
         })?
         .into_owned();
-    let (upstream, own) = resolve_name(tenant, session, kind, &name).await?;
+    let (upstream, own) = match resolve_name(tenant, session, kind, &name).await {
+        Ok(found) => found,
+        Err(e) => {
+            if kind == ListKind::Tools {
+                audit::refused(tenant, principal, "-", &name, "unknown_tool");
+            }
+            return Err(e);
+        }
+    };
     // Decided on the tool itself (its upstream and own name), after routing: what is checked
     // is what is called. A hidden tool is as unknown as a tool that does not exist.
     if policed {
         match tenant.policies.decide(upstream.name(), &own, principal) {
             Decision::Allow => {}
             Decision::MissingScopes(missing) => {
+                audit::refused(tenant, principal, upstream.name(), &own, "forbidden");
                 return Err(GatewayError::ToolNeedsScopes { missing });
             }
-            Decision::Hidden => return Err(names::unknown_name(tenant, "tool", &name)),
+            Decision::Hidden => {
+                audit::refused(tenant, principal, upstream.name(), &own, "hidden");
+                return Err(names::unknown_name(tenant, "tool", &name));
+            }
         }
     }
     // Rates and quotas count the tool itself too, and only calls the caller may make.

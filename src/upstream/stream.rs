@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::{ClientSession, Connection, StreamEvent};
 use crate::error::GatewayError;
 use crate::events::MessageKind;
-use crate::jsonrpc::OwnedId;
+use crate::jsonrpc::{Outcome, OwnedId, RawObject};
 
 /// What the client gets next for a forwarded request.
 #[derive(Debug)]
@@ -47,6 +47,9 @@ struct Inner {
     outcome: &'static str,
     /// The tool of a `tools/call` (its upstream's own name): an audit event at the end.
     audit_tool: Option<Box<str>>,
+    /// What the upstream's answer to an audited call said: `ok`, `tool_error` (a result with
+    /// `isError: true`) or `error` (a JSON-RPC error). Read only for audited calls.
+    answer: Option<&'static str>,
     /// The upstream call's span (disabled when traces are off), closed at the end.
     span: tracing::Span,
     /// Whether dropping the stream before its end cancels the upstream request.
@@ -84,6 +87,7 @@ impl ForwardStream {
                 started: now,
                 outcome: "cancelled",
                 audit_tool: None,
+                answer: None,
                 span,
                 cancel_on_drop: false,
                 _held: None,
@@ -162,6 +166,9 @@ impl Inner {
             Some(Some(StreamEvent::Request(b))) => StreamItem::Message(b, MessageKind::Request),
             Some(Some(StreamEvent::Response(b))) => {
                 self.outcome = "ok";
+                if self.audit_tool.is_some() {
+                    self.answer = Some(answer_of(&b));
+                }
                 StreamItem::Final(b)
             }
             Some(Some(StreamEvent::Failed(e))) => {
@@ -205,7 +212,7 @@ impl Inner {
                 user = user.unwrap_or("-"),
                 tool = %tool,
                 upstream = %info.name,
-                outcome = self.outcome,
+                outcome = self.answer.unwrap_or(self.outcome),
                 duration_ms = self.started.elapsed().as_millis() as u64,
                 "tool call"
             );
@@ -213,6 +220,24 @@ impl Inner {
         if let Some(session) = session {
             session.end_inflight(&self.client_id);
         }
+    }
+}
+
+/// What a tool call's response says, for its audit event: `error` for a JSON-RPC error,
+/// `tool_error` for a result with `isError: true`, `ok` otherwise.
+fn answer_of(response: &[u8]) -> &'static str {
+    match crate::jsonrpc::parse(response) {
+        Ok(crate::jsonrpc::Message::Response(r)) => match r.outcome {
+            Outcome::Error(_) => "error",
+            Outcome::Result(result) => {
+                let failed = RawObject::parse(result)
+                    .ok()
+                    .and_then(|o| o.get("isError").map(|v| v.get() == "true"))
+                    .unwrap_or(false);
+                if failed { "tool_error" } else { "ok" }
+            }
+        },
+        _ => "ok",
     }
 }
 

@@ -5,6 +5,7 @@ mod support;
 
 mod aggregation;
 mod ambiguous_json;
+mod audit;
 mod auth;
 mod auth_keys;
 mod auth_tokens;

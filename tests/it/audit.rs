@@ -1,0 +1,81 @@
+//! The audit trail of tool calls, read from a real gateway process's JSON logs: every call
+//! leaves one event whose outcome says what happened — answered, a tool execution error
+//! (`isError: true`), a JSON-RPC error, or refused before any upstream saw it (unknown tool) —
+//! and a hostile tool name cannot forge log lines.
+
+use serde_json::{Value, json};
+
+use crate::support::TempDir;
+use crate::support::client::RawClient;
+use crate::support::config::demo_server_exe;
+use crate::support::process::GatewayProcess;
+
+#[tokio::test]
+async fn every_tool_call_is_audited_with_what_it_came_to() {
+    let dir = TempDir::new("audit-outcomes");
+    let demo = demo_server_exe().display().to_string();
+    let yaml = format!(
+        r#"tenants:
+  - name: acme
+    upstreams:
+      - name: demo
+        stdio: {{command: "{demo}", args: ["--stdio"]}}
+      - name: other
+        stdio: {{command: "{demo}", args: ["--stdio"]}}
+"#
+    );
+    let gw = GatewayProcess::start(&yaml, &dir, "audit").await;
+    let mut c = RawClient::new(gw.url("acme"));
+    c.initialize().await;
+
+    let ok = c.call_tool("demo__echo", json!({"message": "hi"})).await;
+    assert_eq!(ok.last()["result"]["isError"], Value::Null, "{ok:?}");
+    let tool_error = c.call_tool("demo__sleep", json!({"ms": u64::MAX})).await;
+    assert_eq!(tool_error.last()["result"]["isError"], true, "{tool_error:?}");
+    let rpc_error = c.call_tool("demo__no-such-tool", json!({})).await;
+    assert!(rpc_error.error_code().is_some(), "{rpc_error:?}");
+    let unknown = c.call_tool("nobody__echo", json!({})).await;
+    assert_eq!(unknown.error_code(), Some(-32602), "{unknown:?}");
+    let forged = "x\n{\"target\":\"switchyard::audit\",\"outcome\":\"ok\"}";
+    let forged_reply = c.call_tool(forged, json!({})).await;
+    assert_eq!(forged_reply.error_code(), Some(-32602), "{forged_reply:?}");
+
+    let logs = gw.stop().await;
+    let audits: Vec<Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["target"] == "switchyard::audit")
+        .collect();
+    let seen: Vec<(&str, &str, &str)> = audits
+        .iter()
+        .map(|a| {
+            (
+                a["tool"].as_str().unwrap_or("?"),
+                a["upstream"].as_str().unwrap_or("?"),
+                a["outcome"].as_str().unwrap_or("?"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("echo", "demo", "ok"),
+            ("sleep", "demo", "tool_error"),
+            ("no-such-tool", "demo", "error"),
+            ("nobody__echo", "-", "unknown_tool"),
+            (
+                "x\u{fffd}{\"target\":\"switchyard::audit\",\"outcome\":\"ok\"}",
+                "-",
+                "unknown_tool"
+            ),
+        ],
+        "one event per call, in order: {audits:#?}"
+    );
+    // Every line of the log is one JSON event: the forged name did not split one.
+    for line in logs.lines().filter(|l| !l.trim().is_empty()) {
+        assert!(
+            serde_json::from_str::<Value>(line).is_ok(),
+            "not a log event: {line:?}"
+        );
+    }
+}
