@@ -22,7 +22,7 @@ use crate::gateway::parked::{Interactions, Parked, Question};
 use crate::jsonrpc::{self, Message, Outcome, OwnedId, RawObject, Request};
 use crate::protocol::header as mcp;
 use crate::protocol::modern::{self, CacheHints, MetaError, RequestMeta};
-use crate::protocol::{Method, ProtocolVersion};
+use crate::protocol::{Method, ProtocolVersion, logging};
 use crate::router::mrtr::{self, Claim, Target};
 use crate::router::{self, Reply, stateless};
 use crate::session::LiveSession;
@@ -447,11 +447,7 @@ impl Exchange {
         let Some(wanted) = self.meta.log_level.as_deref() else {
             return false;
         };
-        let level = n
-            .params
-            .and_then(|p| RawObject::parse(p).ok())
-            .and_then(|p| p.get_str("level").map(|l| l.into_owned()));
-        severity(level.as_deref().unwrap_or("info")) >= severity(wanted)
+        logging::wanted(n.params, wanted)
     }
 
     /// The final response in this revision's shape (and with this attempt's id).
@@ -686,18 +682,3 @@ async fn listen(
 
 /// How often an idle listen stream gets a keep-alive comment.
 const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
-
-/// RFC 5424 severity order of MCP log levels (higher is more severe).
-fn severity(level: &str) -> u8 {
-    match level {
-        "debug" => 0,
-        "info" => 1,
-        "notice" => 2,
-        "warning" => 3,
-        "error" => 4,
-        "critical" => 5,
-        "alert" => 6,
-        "emergency" => 7,
-        _ => 1,
-    }
-}

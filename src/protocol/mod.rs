@@ -5,6 +5,7 @@
 pub mod capabilities;
 pub mod client_requests;
 pub mod lists;
+pub mod logging;
 pub mod method;
 pub mod modern;
 pub mod param_headers;

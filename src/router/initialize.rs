@@ -220,7 +220,14 @@ pub fn offered(
             .map(|(_, s)| s.capabilities.clone())
             .unwrap_or_else(|| Value::Object(Map::new()))
     } else {
-        capabilities::merge(servers.iter().map(|(_, s)| &s.capabilities))
+        let mut caps = capabilities::merge(servers.iter().map(|(_, s)| &s.capabilities));
+        // The gateway answers `logging/setLevel` itself (and filters what upstreams send by
+        // the level), whatever its upstreams offer.
+        if let Value::Object(m) = &mut caps {
+            m.entry("logging")
+                .or_insert_with(|| Value::Object(Map::new()));
+        }
+        caps
     };
     let instructions = capabilities::merge_instructions(
         tenant.config.server.instructions.as_deref(),

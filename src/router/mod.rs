@@ -26,7 +26,7 @@ use crate::limits::rate::Rates;
 use crate::policy::Decision;
 use crate::protocol::param_headers::ParamHeaders;
 use crate::protocol::rewrite::ResultShape;
-use crate::protocol::{ListKind, Method};
+use crate::protocol::{ListKind, Method, logging};
 use crate::session::LiveSession;
 use crate::tenant::Tenant;
 use crate::upstream::{Connection, ForwardStream, Upstream};
@@ -751,13 +751,17 @@ async fn set_level_everywhere(
 ) -> Result<Reply, GatewayError> {
     // Upstreams on 2026-07-28 have no such method: they get the level in each request's
     // `_meta`, from the session.
-    let level = req
-        .params
-        .and_then(|p| RawObject::parse(p).ok())
-        .and_then(|p| p.get_str("level").map(|l| l.into_owned()));
-    if let Some(level) = &level {
-        session.set_log_level(level);
-    }
+    let level = params_object(req)?
+        .get_str("level")
+        .map(|l| l.into_owned())
+        .filter(|l| logging::severity(l).is_some())
+        .ok_or_else(|| {
+            GatewayError::InvalidParams(format!(
+                "`level` must be one of: {}",
+                logging::LEVELS.join(", ")
+            ))
+        })?;
+    session.set_log_level(&level);
     if tenant.is_transparent() {
         let upstream = &tenant.upstreams[0];
         if !ensure_link(session, upstream).await?.is_stateless() {

@@ -19,8 +19,8 @@ use super::pending::{Pending, our_id};
 use super::server_requests::{ServerRequestRoute, refused};
 use crate::error::{GatewayError, ServerRequestRefusal};
 use crate::jsonrpc::{self, Message, Notification, Outcome, RawObject, Request};
-use crate::protocol::ListKind;
 use crate::protocol::rewrite;
+use crate::protocol::{ListKind, logging};
 
 impl Connection {
     /// Routes one message from the upstream. `related` is the upstream id of the request whose
@@ -167,6 +167,9 @@ impl Connection {
             return;
         }
         let related = self.infer_related(related);
+        if n.method == "notifications/message" && !self.level_wanted(n, related) {
+            return;
+        }
         if self.send_to_request(related, StreamEvent::Message(bytes.clone())) {
             return;
         }
@@ -179,6 +182,20 @@ impl Connection {
             }
             None => {}
         }
+    }
+
+    /// Whether the session a log message goes to wants it: at or above the level it set with
+    /// `logging/setLevel` (the gateway answers that method for every upstream, so one that
+    /// does not filter — or offers no `logging` — is filtered here).
+    fn level_wanted(&self, n: &Notification<'_>, related: Option<u64>) -> bool {
+        let Some(level) = self.session_for(related).and_then(|s| s.log_level()) else {
+            return true;
+        };
+        if logging::wanted(n.params, &level) {
+            return true;
+        }
+        tracing::trace!(upstream = %self.info.name, "log message below the client's level dropped");
+        false
     }
 
     fn broadcast_or_deliver(&self, bytes: Bytes) {

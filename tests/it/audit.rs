@@ -31,7 +31,11 @@ async fn every_tool_call_is_audited_with_what_it_came_to() {
     let ok = c.call_tool("demo__echo", json!({"message": "hi"})).await;
     assert_eq!(ok.last()["result"]["isError"], Value::Null, "{ok:?}");
     let tool_error = c.call_tool("demo__sleep", json!({"ms": u64::MAX})).await;
-    assert_eq!(tool_error.last()["result"]["isError"], true, "{tool_error:?}");
+    assert_eq!(
+        tool_error.last()["result"]["isError"],
+        true,
+        "{tool_error:?}"
+    );
     let rpc_error = c.call_tool("demo__no-such-tool", json!({})).await;
     assert!(rpc_error.error_code().is_some(), "{rpc_error:?}");
     let unknown = c.call_tool("nobody__echo", json!({})).await;

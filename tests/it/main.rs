@@ -23,6 +23,7 @@ mod legacy_sse;
 mod limits_concurrency;
 mod limits_rates;
 mod limits_sessions;
+mod logging;
 mod metrics;
 mod oidc_harness;
 mod origin_host;
