@@ -33,6 +33,8 @@ use crate::upstream::{ForwardStream, StreamItem};
 enum Answer {
     /// A notification or a response: nothing.
     Nothing,
+    /// A request the client cancelled before anything came: no response.
+    Cancelled,
     /// A member that is not a valid message: its error response.
     Invalid(Bytes),
     /// A request's complete response.
@@ -131,9 +133,7 @@ async fn member(
                     Some(StreamItem::Message(first, kind)) => {
                         Answer::Streaming(first, kind, Box::new(stream), in_flight)
                     }
-                    Some(StreamItem::Cancelled) | None => {
-                        Answer::Done(GatewayError::Cancelled.to_jsonrpc(Some(req.id)))
-                    }
+                    Some(StreamItem::Cancelled) | None => Answer::Cancelled,
                 },
                 Err(e) => {
                     Answer::Done(endpoint::step_up(tenant, parts, e).to_jsonrpc(Some(req.id)))
@@ -148,7 +148,12 @@ async fn member(
 fn respond(gateway: &Gateway, session: &Arc<LiveSession>, answers: Vec<Answer>) -> Response<Body> {
     let requests = answers
         .iter()
-        .filter(|a| matches!(a, Answer::Done(_) | Answer::Streaming(..)))
+        .filter(|a| {
+            matches!(
+                a,
+                Answer::Done(_) | Answer::Streaming(..) | Answer::Cancelled
+            )
+        })
         .count();
     let streaming = answers.iter().any(|a| matches!(a, Answer::Streaming(..)));
     if !streaming {
@@ -160,7 +165,12 @@ fn respond(gateway: &Gateway, session: &Arc<LiveSession>, answers: Vec<Answer>) 
             })
             .collect();
         if bodies.is_empty() {
-            return endpoint::accepted();
+            // Requests all cancelled get a stream that ends without responses; notifications
+            // and responses alone, 202.
+            return match answers.iter().any(|a| matches!(a, Answer::Cancelled)) {
+                true => endpoint::cancelled(),
+                false => endpoint::accepted(),
+            };
         }
         let mut array = Vec::with_capacity(2 + bodies.iter().map(|b| b.len() + 1).sum::<usize>());
         array.push(b'[');
@@ -186,7 +196,7 @@ fn respond(gateway: &Gateway, session: &Arc<LiveSession>, answers: Vec<Answer>) 
     let mut in_flight = Vec::new();
     for answer in answers {
         match answer {
-            Answer::Nothing => {}
+            Answer::Nothing | Answer::Cancelled => {}
             Answer::Invalid(b) | Answer::Done(b) => {
                 log.append(&b, false);
             }

@@ -287,7 +287,7 @@ async fn dispatch(
             match router::handle_request(gateway, tenant, &session, principal, &req).await {
                 Ok(Reply::Json(body)) => json(body),
                 Ok(Reply::Stream(stream)) => {
-                    respond_stream(gateway, &session, stream, req.id, in_flight).await
+                    respond_stream(gateway, &session, stream, in_flight).await
                 }
                 Err(e) => step_up(tenant, parts, e).into_response(Some(req.id)),
             }
@@ -375,12 +375,13 @@ async fn respond_stream(
     gateway: &Gateway,
     session: &Arc<LiveSession>,
     mut stream: ForwardStream,
-    id: &serde_json::value::RawValue,
     in_flight: crate::session::InFlightGuard,
 ) -> Response<Body> {
     match stream.next().await {
         Some(StreamItem::Final(body)) => json(body),
-        Some(StreamItem::Cancelled) | None => GatewayError::Cancelled.into_response(Some(id)),
+        // Cancelled by the client before anything came: no response is sent for a cancelled
+        // request (the spec's guidance), so the answer is an event stream that ends at once.
+        Some(StreamItem::Cancelled) | None => cancelled(),
         Some(StreamItem::Message(first, kind)) => {
             let log = session.events.open(StreamKind::Post);
             prime(session, &log);
@@ -419,6 +420,13 @@ async fn respond_stream(
             )))
         }
     }
+}
+
+/// The answer to a POST whose request the client cancelled before anything came: an event
+/// stream without events (a request's POST must be answered with JSON or a stream; a
+/// cancelled request gets no response).
+pub(super) fn cancelled() -> Response<Body> {
+    sse::response(Body::empty())
 }
 
 /// How often an SSE stream that carries nothing gets a keep-alive comment, and the retry

@@ -226,3 +226,60 @@ async fn an_upstream_batch_is_taken_apart() {
     assert_eq!(r.messages[1]["result"]["content"][0]["text"], "t0 called");
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_cancelled_member_of_a_batch_gets_no_response() {
+    let dir = crate::support::TempDir::new("batch-cancel");
+    let trace = dir.path("trace.jsonl");
+    let gw = TestGateway::start(config(vec![tenant(
+        "batch",
+        vec![upstream(
+            "demo",
+            UpstreamTransport::Stdio(demo_stdio(Some(&trace))),
+        )],
+    )]))
+    .await;
+    let c = client(&gw, "2025-03-26").await;
+    let mut other = RawClient::new(gw.url("batch"));
+    other.session = c.session.clone();
+    other.protocol_version = "2025-03-26".into();
+    let batch = tokio::spawn(async move {
+        other
+            .post(&json!([
+                {"jsonrpc": "2.0", "id": "slow", "method": "tools/call",
+                 "params": {"name": "sleep", "arguments": {"ms": 20000}}},
+                {"jsonrpc": "2.0", "id": "quick", "method": "tools/call",
+                 "params": {"name": "echo", "arguments": {"message": "still here"}}}
+            ]))
+            .await
+    });
+    let started = crate::support::eventually(std::time::Duration::from_secs(10), || {
+        crate::support::read_trace(&trace)
+            .iter()
+            .any(|m| m["params"]["name"] == "sleep")
+    })
+    .await;
+    assert!(started, "the slow member reached the upstream");
+    let r = c
+        .post(
+            &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                      "params": {"requestId": "slow"}}),
+        )
+        .await;
+    assert_eq!(r.status, 202);
+    let reply = tokio::time::timeout(std::time::Duration::from_secs(5), batch)
+        .await
+        .expect("the batch ends promptly once its slow member is cancelled")
+        .expect("task");
+    let answers = by_id(&reply);
+    assert_eq!(
+        answers.keys().collect::<Vec<_>>(),
+        vec!["\"quick\""],
+        "only the member not cancelled is answered: {reply:?}"
+    );
+    assert_eq!(
+        answers["\"quick\""]["result"]["content"][0]["text"],
+        "still here"
+    );
+    gw.stop().await;
+}

@@ -253,6 +253,58 @@ async fn closing_the_stream_releases_the_session_and_its_upstream_process() {
 }
 
 #[tokio::test]
+async fn a_cancelled_request_gets_no_response_on_the_stream() {
+    let dir = crate::support::TempDir::new("legacy-cancel");
+    let trace = dir.path("trace.jsonl");
+    let gw = TestGateway::start(config(vec![tenant(
+        "old",
+        vec![upstream(
+            "demo",
+            UpstreamTransport::Stdio(demo_stdio(Some(&trace))),
+        )],
+    )]))
+    .await;
+    let mut c = LegacyClient::connect(&gw.url("old"), None).await;
+    c.initialize("2024-11-05").await;
+    let posted = c
+        .post(
+            &json!({"jsonrpc": "2.0", "id": "slow", "method": "tools/call",
+                      "params": {"name": "sleep", "arguments": {"ms": 20000}}}),
+        )
+        .await;
+    assert_eq!(posted.status, 202, "{posted:?}");
+    let started = eventually(Duration::from_secs(10), || {
+        crate::support::read_trace(&trace)
+            .iter()
+            .any(|m| m["params"]["name"] == "sleep")
+    })
+    .await;
+    assert!(started, "the call reached the upstream");
+    let posted = c
+        .post(
+            &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                      "params": {"requestId": "slow"}}),
+        )
+        .await;
+    assert_eq!(posted.status, 202, "{posted:?}");
+    // The next message on the stream answers the next request: nothing for the cancelled one.
+    let (reply, before) = c.request("ping", json!({})).await;
+    assert_eq!(reply["result"], json!({}), "{reply}");
+    assert!(
+        before.iter().all(|m| m["id"] != "slow"),
+        "no response to a cancelled request: {before:?}"
+    );
+    let cancelled = eventually(Duration::from_secs(5), || {
+        crate::support::read_trace(&trace)
+            .iter()
+            .any(|m| m["method"] == "notifications/cancelled")
+    })
+    .await;
+    assert!(cancelled, "the upstream heard of the cancellation");
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn sessions_belong_to_their_user() {
     let idp = OidcProvider::start(free_port(), "k").await;
     let mut t = demo_tenant("acme", StdioSharing::Shared);
