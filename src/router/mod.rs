@@ -272,6 +272,8 @@ pub async fn ensure_link(
     let (conn, owned) = Box::pin(upstream.connect(session)).await?;
     if session.has_get_stream() {
         conn.listen();
+    } else {
+        conn.listen_for_requests();
     }
     session.set_link(id, conn.clone(), owned, permit);
     Ok(conn)

@@ -122,7 +122,15 @@ impl Connection {
     /// stream), when exactly one forwarded request is in flight, that one (neither has another
     /// way to relate messages).
     fn infer_related(&self, related: Option<u64>) -> Option<u64> {
-        if related.is_some() || !matches!(self.link, Link::Stdio(_) | Link::Sse(_)) {
+        if !matches!(self.link, Link::Stdio(_) | Link::Sse(_)) {
+            return related;
+        }
+        self.only_call_in_flight(related)
+    }
+
+    /// `related`, or else the one forwarded request in flight (none when there are several).
+    fn only_call_in_flight(&self, related: Option<u64>) -> Option<u64> {
+        if related.is_some() {
             return related;
         }
         let mut found = None;
@@ -300,7 +308,11 @@ impl Connection {
     /// expires unanswered), is delivered on the related response stream or the session's GET
     /// stream, and the client's answer is routed back by the session (`ClientSession`).
     fn on_server_request(self: &Arc<Self>, r: &Request<'_>, related: Option<u64>) {
-        let related = self.infer_related(related);
+        // Over HTTP too: a request the upstream sends on its GET stream while one call is in
+        // flight (e.g. `roots/list` from inside a tool) is that call's, and goes where the
+        // call's answer goes — the only way to reach a client without a GET stream (every
+        // 2026-07-28 client, which gets it as an `input_required` result).
+        let related = self.only_call_in_flight(related);
         let Some(session) = self.session_for(related) else {
             self.refuse_server_request(
                 r.id,

@@ -152,6 +152,18 @@ impl Connection {
         }
     }
 
+    /// Opens a session-based HTTP upstream's GET stream for a client that has none of its
+    /// own: an upstream may send its requests there (`roots/list` from inside a tool), which
+    /// then reach the client on the stream of the call they belong to, or are refused at once
+    /// — never left for the upstream to time out. Other links need nothing.
+    pub fn listen_for_requests(self: &Arc<Self>) {
+        if let Link::Http(l) = &self.link
+            && !self.is_stateless()
+        {
+            l.listen(self);
+        }
+    }
+
     /// Whether the link carries requests now (stdio: handshake done; HTTP: always, as its
     /// sessions open on demand; SSE: a stream is open and initialized).
     pub fn is_ready(&self) -> bool {

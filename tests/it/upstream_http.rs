@@ -214,3 +214,61 @@ async fn a_session_based_upstream_refusing_the_version_probe_is_not_a_warning() 
         "warnings on a healthy first session: {noisy:#?}"
     );
 }
+
+/// A session-based upstream that asks its questions on its standalone GET stream (as the
+/// Python SDK 1.x's `list_roots()` does), reached by a 2026-07-28 client, which has no stream
+/// of its own: the gateway listens on the upstream's GET stream, relates the question to the
+/// one call in flight, and the client gets it as that call's `input_required` result.
+#[tokio::test]
+async fn an_upstream_request_on_its_get_stream_reaches_a_stateless_client() {
+    const V: &str = "2026-07-28";
+    let port = free_port();
+    let peer = HttpPeer::get_stream_server(port).await;
+    let gw = TestGateway::start(config(vec![tenant(
+        "g",
+        vec![upstream("gs", http(&peer.url()))],
+    )]))
+    .await;
+    let c = RawClient::new(gw.url("g"));
+    let call = |id: u64, extra: Value| {
+        let mut params = json!({"name": "roots", "arguments": {}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": V,
+            "io.modelcontextprotocol/clientCapabilities": {"roots": {}},
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"}}});
+        if let (Some(p), Value::Object(more)) = (params.as_object_mut(), extra) {
+            p.extend(more);
+        }
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+        let c = &c;
+        async move {
+            c.post_raw(
+                body.to_string(),
+                &[
+                    ("content-type", "application/json"),
+                    ("accept", crate::support::client::ACCEPT_BOTH),
+                    ("mcp-protocol-version", V),
+                    ("mcp-method", "tools/call"),
+                    ("mcp-name", "roots"),
+                ],
+            )
+            .await
+        }
+    };
+    let r = tokio::time::timeout(Duration::from_secs(15), call(1, json!({})))
+        .await
+        .expect("the question is not left to time out");
+    let first = r.last()["result"].clone();
+    assert_eq!(first["resultType"], "input_required", "{:?}", r.last());
+    let requests = first["inputRequests"].as_object().expect("inputRequests");
+    let (key, question) = requests.iter().next().expect("one input request");
+    assert_eq!(question["method"], "roots/list", "{question}");
+    let answer = json!({
+        "requestState": first["requestState"],
+        "inputResponses": {key.clone(): {"roots": [{"uri": "file:///work/project", "name": "p"}]}}
+    });
+    let r = call(2, answer).await;
+    let done = &r.last()["result"];
+    assert_eq!(done["resultType"], "complete", "{:?}", r.last());
+    assert_eq!(text_of(r.last()), "file:///work/project");
+    gw.stop().await;
+}

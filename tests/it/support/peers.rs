@@ -107,6 +107,15 @@ impl HttpPeer {
         Self::spawn(cmd, port).await
     }
 
+    /// `tests/peers/get_stream_server.py`: a session-based server that sends its requests on
+    /// the standalone GET stream only.
+    pub async fn get_stream_server(port: u16) -> HttpPeer {
+        let mut cmd = Command::new(python());
+        cmd.arg(repo().join("tests/peers/get_stream_server.py"))
+            .args(["--port", &port.to_string()]);
+        Self::spawn(cmd, port).await
+    }
+
     /// server-everything in 2024-11-05 HTTP+SSE mode (`GET /sse`, `POST /message`), forced
     /// onto 127.0.0.1; its stderr (it logs each client's connect and disconnect) goes to
     /// `log`.
