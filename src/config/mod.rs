@@ -368,6 +368,22 @@ pub struct UpstreamConfig {
     pub max_request_timeout: Duration,
     /// Time allowed for spawning/connecting plus the initialize handshake (default 30s).
     pub init_timeout: Duration,
+    /// Which protocol era the upstream speaks (default `auto`: probed with `server/discover`).
+    pub era: UpstreamEra,
+}
+
+/// Which protocol era an upstream speaks: found by the `server/discover` probe the 2026-07-28
+/// revision specifies, or pinned by the admin (no probe).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UpstreamEra {
+    /// Probe with `server/discover` once per upstream; fall back to `initialize`.
+    #[default]
+    Auto,
+    /// Session-based (`initialize`; revisions up to 2025-11-25): never probed. For servers
+    /// that complain about the probe (the Python SDK 1.x logs dozens of validation errors).
+    Legacy,
+    /// The stateless revision (2026-07-28): probed, and a session-based answer is an error.
+    Modern,
 }
 
 /// Closed set of upstream transports.

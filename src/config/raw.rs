@@ -143,6 +143,15 @@ pub struct RawUpstream {
     pub timeout: Field<Dur>,
     pub max_timeout: Field<Dur>,
     pub init_timeout: Field<Dur>,
+    pub era: Field<RawEra>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "kebab-case")]
+pub enum RawEra {
+    Auto,
+    Legacy,
+    Modern,
 }
 
 #[derive(Deserialize)]

@@ -102,6 +102,7 @@ fn minimal_config_is_fully_defaulted() {
     assert_eq!(upstream.request_timeout, Duration::from_secs(60));
     assert_eq!(upstream.max_request_timeout, Duration::from_secs(600));
     assert_eq!(upstream.init_timeout, Duration::from_secs(30));
+    assert_eq!(upstream.era, UpstreamEra::Auto);
     let UpstreamTransport::Stdio(stdio) = &upstream.transport else {
         panic!("stdio")
     };
@@ -145,6 +146,7 @@ tenants:
         timeout: 5s
         max_timeout: 1m
         init_timeout: 10s
+        era: legacy
       - name: remote
         http:
           url: https://example.com/mcp?x=1
@@ -170,6 +172,8 @@ tenants:
     assert_eq!(files.request_timeout, Duration::from_secs(5));
     assert_eq!(files.max_request_timeout, Duration::from_secs(60));
     assert_eq!(files.init_timeout, Duration::from_secs(10));
+    assert_eq!(files.era, UpstreamEra::Legacy);
+    assert_eq!(tenant.upstreams[1].era, UpstreamEra::Auto);
     let UpstreamTransport::Stdio(stdio) = &files.transport else {
         panic!("stdio")
     };

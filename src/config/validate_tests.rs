@@ -193,8 +193,8 @@ fn a_bad_list_item_does_not_hide_the_next_ones() {
             "{name: \"no!\", stdio: {command: x}}"
         ])),
         vec![
-            "t.yaml:4:9: tenants[0].upstreams[0]: expected a mapping with fields name, stdio, http, sse, timeout, max_timeout, init_timeout; found a number",
-            "t.yaml:6:9: tenants[0].upstreams[2]: expected a mapping with fields name, stdio, http, sse, timeout, max_timeout, init_timeout; found a list",
+            "t.yaml:4:9: tenants[0].upstreams[0]: expected a mapping with fields name, stdio, http, sse, timeout, max_timeout, init_timeout, era; found a number",
+            "t.yaml:6:9: tenants[0].upstreams[2]: expected a mapping with fields name, stdio, http, sse, timeout, max_timeout, init_timeout, era; found a list",
             "t.yaml:7:16: tenants[0].upstreams[3].name: invalid upstream name \"no!\": upstream names are 1 to 64 characters of A-Z, a-z, 0-9 and '-', starting with a letter (they prefix tool names and resource URI schemes)",
         ]
     );

@@ -6,13 +6,16 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::raw::{Field, Pairs, RawRestart, RawSharing, RawStdio, RawUpstream};
+use super::raw::{Field, Pairs, RawEra, RawRestart, RawSharing, RawStdio, RawUpstream};
 use super::rules;
 use super::spanned::{Loc, Sp};
 use super::subst::is_var_name;
 use super::validate::{Checker, Seen, shown, unique};
 use super::validate_http::http;
-use super::{RestartPolicy, Secret, StdioConfig, StdioSharing, UpstreamConfig, UpstreamTransport};
+use super::{
+    RestartPolicy, Secret, StdioConfig, StdioSharing, UpstreamConfig, UpstreamEra,
+    UpstreamTransport,
+};
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 const DEFAULT_MAX_TIMEOUT: Duration = Duration::from_secs(10 * 60);
@@ -84,12 +87,21 @@ fn upstream(
         (&raw.timeout, timeout, "timeout"),
         (&raw.max_timeout, max_timeout, "max_timeout"),
     );
+    let era = match &raw.era {
+        None => Some(UpstreamEra::Auto),
+        Some(sp) => sp.get().map(|era| match era {
+            RawEra::Auto => UpstreamEra::Auto,
+            RawEra::Legacy => UpstreamEra::Legacy,
+            RawEra::Modern => UpstreamEra::Modern,
+        }),
+    };
     Some(UpstreamConfig {
         name: name?,
         transport: transport?,
         request_timeout: timeout?,
         max_request_timeout: max_timeout.filter(|max| Some(*max) >= timeout)?,
         init_timeout: init_timeout?,
+        era: era?,
     })
 }
 

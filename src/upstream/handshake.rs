@@ -9,6 +9,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::connection::{Connection, InternalReply};
+use crate::config::UpstreamEra;
 use crate::error::GatewayError;
 use crate::protocol::{ProtocolVersion, modern};
 
@@ -58,13 +59,23 @@ struct InitializeResult {
 
 /// What the gateway learned of an upstream's revision, shared by all its connections: a
 /// server that answered the probe in a session-based way is not probed again (0: unknown).
+/// The admin may pin it (`era` in the upstream's config).
 #[derive(Debug, Default)]
-pub struct Era(AtomicU8);
+pub struct Era(AtomicU8, UpstreamEra);
 
 const SESSION_BASED: u8 = 1;
 const STATELESS: u8 = 2;
 
 impl Era {
+    /// What the config says: `legacy` is known to be session-based (never probed).
+    pub fn pinned(era: UpstreamEra) -> Era {
+        let known = match era {
+            UpstreamEra::Legacy => SESSION_BASED,
+            UpstreamEra::Auto | UpstreamEra::Modern => 0,
+        };
+        Era(AtomicU8::new(known), era)
+    }
+
     /// Whether the last probe found the stateless revision.
     pub fn is_stateless(&self) -> bool {
         self.0.load(Ordering::Relaxed) == STATELESS
@@ -101,6 +112,14 @@ pub async fn connect(
                     conn.subscribe();
                 }
                 return Ok(server);
+            }
+            None if era.1 == UpstreamEra::Modern => {
+                return Err(GatewayError::UpstreamProtocol {
+                    upstream: conn.info.name.to_string(),
+                    reason: "it did not answer `server/discover` as a 2026-07-28 server \
+                             (its config pins `era: modern`)"
+                        .into(),
+                });
             }
             None => era.set(SESSION_BASED),
         }

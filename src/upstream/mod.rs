@@ -153,7 +153,7 @@ impl Upstream {
                 .then(|| format!("{}{}", config.name, naming.separator).into()),
             uri_prefix: naming.prefixed.then(|| format!("{}+", config.name).into()),
             catalog: Catalog::default(),
-            era: handshake::Era::default(),
+            era: handshake::Era::pinned(config.era),
         });
         let kind = match &config.transport {
             UpstreamTransport::Stdio(s) if s.sharing == StdioSharing::Shared => {

@@ -347,3 +347,57 @@ async fn a_shared_pool_pins_each_session_to_one_of_its_processes() {
         );
     }
 }
+
+/// `era` pins what the probe would find: `legacy` sends `initialize` first, never
+/// `server/discover` (for servers that complain about the probe), and `modern` against a
+/// session-based server is a clear error instead of a fallback.
+#[tokio::test]
+async fn the_admin_may_pin_an_upstreams_era() {
+    let dir = TempDir::new("era-pin");
+    let (auto_trace, legacy_trace) = (dir.path("auto.jsonl"), dir.path("legacy.jsonl"));
+    let mut auto = upstream(
+        "auto",
+        UpstreamTransport::Stdio(demo_stdio(Some(&auto_trace))),
+    );
+    auto.era = switchyard::config::UpstreamEra::Auto;
+    let mut legacy = upstream(
+        "legacy",
+        UpstreamTransport::Stdio(demo_stdio(Some(&legacy_trace))),
+    );
+    legacy.era = switchyard::config::UpstreamEra::Legacy;
+    let mut modern = crate::support::peers::python_peer("modern", "lastwins_server.py", &[]);
+    modern.era = switchyard::config::UpstreamEra::Modern;
+    let gw = TestGateway::start(config(vec![tenant("p", vec![auto, legacy, modern])])).await;
+    let mut c = RawClient::new(gw.url("p"));
+    c.initialize().await;
+    for name in ["auto__echo", "legacy__echo"] {
+        let r = c.call_tool(name, json!({"message": "hi"})).await;
+        assert_eq!(text_of(r.last()), "hi", "{name}");
+    }
+    let methods = |t: &std::path::Path| -> Vec<String> {
+        read_trace(t)
+            .iter()
+            .filter_map(|m| m["method"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let (auto_seen, legacy_seen) = (methods(&auto_trace), methods(&legacy_trace));
+    assert_eq!(
+        auto_seen.first().map(String::as_str),
+        Some("server/discover"),
+        "auto probes: {auto_seen:?}"
+    );
+    assert_eq!(
+        legacy_seen.first().map(String::as_str),
+        Some("initialize"),
+        "legacy is not probed: {legacy_seen:?}"
+    );
+    assert!(!legacy_seen.iter().any(|m| m == "server/discover"));
+    let r = c.call_tool("modern__echo", json!({})).await;
+    let message = r.last()["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("era: modern"),
+        "a pinned era that does not hold is a clear error: {:?}",
+        r.last()
+    );
+    gw.stop().await;
+}

@@ -62,6 +62,7 @@ pub fn upstream(name: &str, transport: UpstreamTransport) -> UpstreamConfig {
         request_timeout: Duration::from_secs(30),
         max_request_timeout: Duration::from_secs(120),
         init_timeout: Duration::from_secs(30),
+        era: Default::default(),
     }
 }
 
