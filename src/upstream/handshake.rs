@@ -104,16 +104,23 @@ pub async fn connect(
     let era = &conn.info.era;
     if era.0.load(Ordering::Relaxed) != SESSION_BASED {
         match discover(conn, params, timeout.min(PROBE_TIMEOUT)).await? {
-            Some(server) => {
-                era.set(STATELESS);
-                if matches!(conn.link, super::Link::Stdio(_)) {
-                    // Stdio relays everything the upstream says: on this revision, list
-                    // changes come only to a subscriber.
-                    conn.subscribe();
-                }
-                return Ok(server);
+            Probe::Stateless(server) => return Ok(stateless(conn, server)),
+            Probe::Silent if era.1 != UpstreamEra::Modern => {
+                // Silence is a session-based server ignoring the method — or one of either era
+                // still starting (`uvx` fetching packages). `initialize` decides; refused, the
+                // server is asked again, now that it answers.
+                return match initialize_or_refusal(conn, params, timeout).await? {
+                    Ok(server) => {
+                        era.set(SESSION_BASED);
+                        Ok(server)
+                    }
+                    Err(refusal) => match discover(conn, params, timeout).await? {
+                        Probe::Stateless(server) => Ok(stateless(conn, server)),
+                        Probe::Silent | Probe::SessionBased => Err(refused(conn, &refusal)),
+                    },
+                };
             }
-            None if era.1 == UpstreamEra::Modern => {
+            Probe::Silent | Probe::SessionBased if era.1 == UpstreamEra::Modern => {
                 return Err(GatewayError::UpstreamProtocol {
                     upstream: conn.info.name.to_string(),
                     reason: "it did not answer `server/discover` as a 2026-07-28 server \
@@ -121,10 +128,32 @@ pub async fn connect(
                         .into(),
                 });
             }
-            None => era.set(SESSION_BASED),
+            Probe::Silent | Probe::SessionBased => era.set(SESSION_BASED),
         }
     }
     initialize(conn, params, timeout).await
+}
+
+/// A connection found to serve the stateless revision.
+fn stateless(conn: &Arc<Connection>, server: UpstreamServer) -> UpstreamServer {
+    conn.info.era.set(STATELESS);
+    if matches!(conn.link, super::Link::Stdio(_)) {
+        // Stdio relays everything the upstream says: on this revision, list changes come
+        // only to a subscriber.
+        conn.subscribe();
+    }
+    server
+}
+
+/// What the `server/discover` probe found.
+enum Probe {
+    /// A server of the stateless revision.
+    Stateless(UpstreamServer),
+    /// An answer of a session-based server (an error, a result without that revision, an HTTP
+    /// client error).
+    SessionBased,
+    /// No answer within the probe's time.
+    Silent,
 }
 
 #[derive(Deserialize)]
@@ -142,14 +171,12 @@ struct DiscoverResult {
     instructions: Option<String>,
 }
 
-/// The probe: `Some` when the upstream speaks the stateless revision, `None` when it answered
-/// like a session-based server (an error, a result without that revision, an HTTP client
-/// error, or silence). A link that is down is an error.
+/// The probe (see `Probe`). A link that is down is an error.
 async fn discover(
     conn: &Arc<Connection>,
     params: &InitParams,
     timeout: Duration,
-) -> Result<Option<UpstreamServer>, GatewayError> {
+) -> Result<Probe, GatewayError> {
     let stateless = ProtocolVersion::V2026_07_28;
     let body = serde_json::json!({ "_meta": {
         modern::meta::PROTOCOL_VERSION: stateless.as_str(),
@@ -163,15 +190,19 @@ async fn discover(
         .await;
     let result = match reply {
         Ok(InternalReply::Result(r)) => r,
-        Ok(InternalReply::Error(_)) | Err(GatewayError::UpstreamTimeout { .. }) => {
+        Err(GatewayError::UpstreamTimeout { .. }) => {
             conn.set_link_version(None);
-            return Ok(None);
+            return Ok(Probe::Silent);
+        }
+        Ok(InternalReply::Error(_)) => {
+            conn.set_link_version(None);
+            return Ok(Probe::SessionBased);
         }
         Err(GatewayError::UpstreamUnavailable { reason, .. })
             if reason.starts_with(super::http::CLIENT_ERROR_STATUS) =>
         {
             conn.set_link_version(None);
-            return Ok(None);
+            return Ok(Probe::SessionBased);
         }
         Err(e) => {
             conn.set_link_version(None);
@@ -183,7 +214,7 @@ async fn discover(
         found.filter(|d| d.supported_versions.iter().any(|v| v == stateless.as_str()))
     else {
         conn.set_link_version(None);
-        return Ok(None);
+        return Ok(Probe::SessionBased);
     };
     let server_info = found
         .meta
@@ -191,7 +222,7 @@ async fn discover(
         .and_then(|m| m.get(modern::meta::SERVER_INFO).cloned())
         .or(found.server_info)
         .unwrap_or(Value::Null);
-    Ok(Some(UpstreamServer {
+    Ok(Probe::Stateless(UpstreamServer {
         protocol_version: stateless,
         capabilities: found.capabilities,
         server_info,
@@ -205,6 +236,25 @@ pub async fn initialize(
     params: &InitParams,
     timeout: Duration,
 ) -> Result<UpstreamServer, GatewayError> {
+    initialize_or_refusal(conn, params, timeout)
+        .await?
+        .map_err(|refusal| refused(conn, &refusal))
+}
+
+/// The error of an upstream that refused `initialize` with JSON-RPC error `refusal`.
+fn refused(conn: &Connection, refusal: &RawValue) -> GatewayError {
+    GatewayError::UpstreamUnavailable {
+        upstream: conn.upstream_name().to_owned(),
+        reason: format!("initialize was refused: {}", error_message(refusal)),
+    }
+}
+
+/// `initialize` (see `initialize`), with the upstream's refusal apart: `Ok(Err(error))`.
+async fn initialize_or_refusal(
+    conn: &Arc<Connection>,
+    params: &InitParams,
+    timeout: Duration,
+) -> Result<Result<UpstreamServer, Box<RawValue>>, GatewayError> {
     let upstream = conn.upstream_name();
     let body = serde_json::json!({
         "protocolVersion": params.protocol_version.as_str(),
@@ -217,12 +267,7 @@ pub async fn initialize(
         .await?;
     let result = match reply {
         InternalReply::Result(r) => r,
-        InternalReply::Error(e) => {
-            return Err(GatewayError::UpstreamUnavailable {
-                upstream: upstream.to_owned(),
-                reason: format!("initialize was refused: {}", error_message(&e)),
-            });
-        }
+        InternalReply::Error(e) => return Ok(Err(e)),
     };
     let init: InitializeResult =
         serde_json::from_str(result.get()).map_err(|e| GatewayError::UpstreamProtocol {
@@ -240,12 +285,12 @@ pub async fn initialize(
         })?;
     conn.notify_during_handshake("notifications/initialized", None)
         .await?;
-    Ok(UpstreamServer {
+    Ok(Ok(UpstreamServer {
         protocol_version: version,
         capabilities: init.capabilities,
         server_info: init.server_info,
         instructions: init.instructions,
-    })
+    }))
 }
 
 /// The `message` of a raw JSON-RPC error object, for logs and error texts.

@@ -401,3 +401,26 @@ async fn the_admin_may_pin_an_upstreams_era() {
     );
     gw.stop().await;
 }
+
+/// A stateless-only server slow to start (silent past the probe's 5 s) is not taken for a
+/// session-based one: when it then refuses `initialize`, the probe is asked again, and the
+/// connection serves 2026-07-28.
+#[tokio::test]
+async fn a_slow_starting_stateless_server_is_not_mistaken_for_a_session_based_one() {
+    let gw = TestGateway::start(config(vec![tenant(
+        "slow",
+        vec![crate::support::peers::python_peer(
+            "slow",
+            "slow_modern_server.py",
+            &["--delay", "6"],
+        )],
+    )]))
+    .await;
+    let mut c = RawClient::new(gw.url("slow"));
+    c.initialize().await;
+    let r = c
+        .call_tool("echo", json!({"message": "late but here"}))
+        .await;
+    assert_eq!(text_of(r.last()), "late but here", "{:?}", r.last());
+    gw.stop().await;
+}
