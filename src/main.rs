@@ -58,6 +58,9 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Print the JSON Schema of the routing config (for editors: `# yaml-language-server:
+    /// $schema=...`); the repository publishes it as config/switchyard.schema.json.
+    Schema,
     /// Probe a health endpoint (container health checks): exit 0 on a 2xx answer within 3s.
     Probe {
         #[arg(long, default_value = "http://127.0.0.1:8080/healthz")]
@@ -93,6 +96,7 @@ fn main() -> ExitCode {
             listen,
             reload_poll,
         } => demo_main(format, &config, listen, reload_poll),
+        Command::Schema => print_schema(),
         other => {
             telemetry::init_logs(format);
             let Some(runtime) = runtime() else {
@@ -101,6 +105,12 @@ fn main() -> ExitCode {
             runtime.block_on(tool(other))
         }
     }
+}
+
+#[allow(clippy::print_stdout)]
+fn print_schema() -> ExitCode {
+    print!("{}", config::schema::config_schema());
+    ExitCode::SUCCESS
 }
 
 fn runtime() -> Option<tokio::runtime::Runtime> {
@@ -122,7 +132,7 @@ async fn tool(command: Command) -> ExitCode {
         Command::Check { config } => check(&config),
         Command::Migrate { config } => migrate(&config).await,
         Command::Probe { url } => probe(&url).await,
-        Command::Run { .. } | Command::Demo { .. } => ExitCode::FAILURE,
+        Command::Run { .. } | Command::Demo { .. } | Command::Schema => ExitCode::FAILURE,
     }
 }
 

@@ -18,6 +18,7 @@ mod raw_tenant_limits;
 mod rules;
 mod rules_security;
 mod scalar;
+pub mod schema;
 mod spanned;
 mod subst;
 mod suggest;

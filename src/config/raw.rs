@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 
@@ -15,7 +16,8 @@ use super::units::{DURATION_NEEDS_UNIT, parse_duration, parse_size};
 /// A field: absent (`None`), or present with its location (value `None` if invalid).
 pub type Field<T> = Option<Sp<T>>;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Config")]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     pub listen: Field<String>,
@@ -28,7 +30,8 @@ pub struct RawConfig {
     pub tenants: Field<Vec<Sp<RawTenant>>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Telemetry")]
 #[serde(deny_unknown_fields)]
 pub struct RawTelemetry {
     pub otlp_endpoint: Field<String>,
@@ -36,7 +39,8 @@ pub struct RawTelemetry {
     pub sample_ratio: Field<f64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Limits")]
 #[serde(deny_unknown_fields)]
 pub struct RawLimits {
     pub max_body: Field<Size>,
@@ -56,7 +60,8 @@ pub struct RawLimits {
     pub max_session_processes: Field<u64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Sessions")]
 #[serde(deny_unknown_fields)]
 pub struct RawSessions {
     pub ttl: Field<Dur>,
@@ -67,7 +72,7 @@ pub struct RawSessions {
 }
 
 /// `store: memory`, or the single-key mapping `store: {redis: {url: ...}}`.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 #[allow(clippy::large_enum_variant)] // parsed once per config load
 pub enum RawStore {
@@ -75,7 +80,8 @@ pub enum RawStore {
     Redis(RawRedis),
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Redis")]
 #[serde(deny_unknown_fields)]
 pub struct RawRedis {
     pub url: Field<String>,
@@ -83,7 +89,8 @@ pub struct RawRedis {
     pub timeout: Field<Dur>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Tenant")]
 #[serde(deny_unknown_fields)]
 pub struct RawTenant {
     pub name: Field<String>,
@@ -100,14 +107,16 @@ pub struct RawTenant {
     pub upstreams: Field<Vec<Sp<RawUpstream>>>,
 }
 
-#[derive(Deserialize, Clone, Copy)]
+#[derive(Deserialize, JsonSchema, Clone, Copy)]
+#[schemars(rename = "FailurePolicy")]
 #[serde(rename_all = "lowercase")]
 pub enum RawFailurePolicy {
     Open,
     Closed,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Server")]
 #[serde(deny_unknown_fields)]
 pub struct RawServer {
     pub name: Field<String>,
@@ -116,14 +125,16 @@ pub struct RawServer {
     pub instructions: Field<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Prefix")]
 #[serde(deny_unknown_fields)]
 pub struct RawPrefix {
     pub mode: Field<RawPrefixMode>,
     pub separator: Field<String>,
 }
 
-#[derive(Deserialize, Clone, Copy)]
+#[derive(Deserialize, JsonSchema, Clone, Copy)]
+#[schemars(rename = "PrefixMode")]
 #[serde(rename_all = "lowercase")]
 pub enum RawPrefixMode {
     Always,
@@ -131,7 +142,8 @@ pub enum RawPrefixMode {
     Conditional,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Upstream")]
 #[serde(deny_unknown_fields)]
 pub struct RawUpstream {
     pub name: Field<String>,
@@ -146,7 +158,8 @@ pub struct RawUpstream {
     pub era: Field<RawEra>,
 }
 
-#[derive(Deserialize, Clone, Copy)]
+#[derive(Deserialize, JsonSchema, Clone, Copy)]
+#[schemars(rename = "Era")]
 #[serde(rename_all = "kebab-case")]
 pub enum RawEra {
     Auto,
@@ -154,7 +167,8 @@ pub enum RawEra {
     Modern,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Stdio")]
 #[serde(deny_unknown_fields)]
 pub struct RawStdio {
     pub command: Field<String>,
@@ -167,21 +181,24 @@ pub struct RawStdio {
     pub restart: Field<RawRestart>,
 }
 
-#[derive(Deserialize, Clone, Copy)]
+#[derive(Deserialize, JsonSchema, Clone, Copy)]
+#[schemars(rename = "Sharing")]
 #[serde(rename_all = "kebab-case")]
 pub enum RawSharing {
     Shared,
     PerSession,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Restart")]
 #[serde(deny_unknown_fields)]
 pub struct RawRestart {
     pub initial_backoff: Field<Dur>,
     pub max_backoff: Field<Dur>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Http")]
 #[serde(deny_unknown_fields)]
 pub struct RawHttp {
     pub url: Field<String>,

@@ -2,12 +2,14 @@
 //! an HTTP upstream's `oauth2`. Same conventions as `raw`: unknown fields rejected, values
 //! located, no semantic checks.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::raw::{Dur, Field, Pairs};
 use super::spanned::Sp;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Tls")]
 #[serde(deny_unknown_fields)]
 pub struct RawTls {
     pub cert: Field<String>,
@@ -15,22 +17,24 @@ pub struct RawTls {
     pub reload_interval: Field<Dur>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Auth")]
 #[serde(deny_unknown_fields)]
 pub struct RawAuth {
     pub issuer: Field<String>,
     pub jwks_url: Field<String>,
     pub audiences: Field<Vec<Sp<String>>>,
-    /// Strings, not an enum: `HS256` and `none` get their own explanations.
+    /// Accepted signature algorithms (asymmetric only: RS*, PS*, ES*, EdDSA).
     pub algorithms: Field<Vec<Sp<String>>>,
     pub clock_skew: Field<Dur>,
     pub required_scopes: Field<Vec<Sp<String>>>,
     pub scopes_supported: Field<Vec<Sp<String>>>,
-    /// A string, so an unknown value gets the list of known ones.
+    /// Required `typ` of access tokens (e.g. `at+jwt`, RFC 9068); default: any.
     pub token_type: Field<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "ToolPolicy")]
 #[serde(deny_unknown_fields)]
 pub struct RawToolPolicy {
     pub upstream: Field<String>,
@@ -39,7 +43,8 @@ pub struct RawToolPolicy {
     pub claims: Field<Pairs>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "OAuth2")]
 #[serde(deny_unknown_fields)]
 pub struct RawOAuth2 {
     pub token_url: Field<String>,

@@ -1,12 +1,14 @@
 //! Raw serde types of a tenant's `limits:` (same conventions as `raw`: unknown fields rejected,
 //! values located, no semantic checks; see `validate_tenant_limits`).
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::raw::{Dur, Field};
 use super::spanned::Sp;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "TenantLimits")]
 #[serde(deny_unknown_fields)]
 pub struct RawTenantLimits {
     pub sessions_per_user: Field<u64>,
@@ -24,14 +26,16 @@ pub struct RawTenantLimits {
 }
 
 /// `{rate: 20/s, burst: 40}`.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Rate")]
 #[serde(deny_unknown_fields)]
 pub struct RawRate {
     pub rate: Field<String>,
     pub burst: Field<u64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "CallLimit")]
 #[serde(deny_unknown_fields)]
 pub struct RawCallLimit {
     pub upstream: Field<String>,
@@ -41,14 +45,16 @@ pub struct RawCallLimit {
     pub per: Field<RawScope>,
 }
 
-#[derive(Deserialize, Clone, Copy)]
+#[derive(Deserialize, JsonSchema, Clone, Copy)]
+#[schemars(rename = "Scope")]
 #[serde(rename_all = "lowercase")]
 pub enum RawScope {
     User,
     Tenant,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Concurrency")]
 #[serde(deny_unknown_fields)]
 pub struct RawConcurrency {
     pub upstream: Field<String>,
@@ -57,14 +63,16 @@ pub struct RawConcurrency {
     pub queue_timeout: Field<Dur>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Quotas")]
 #[serde(deny_unknown_fields)]
 pub struct RawQuotas {
     pub calls_per_user_per_day: Field<u64>,
     pub calls_per_user_per_month: Field<u64>,
 }
 
-#[derive(Deserialize, Clone, Copy)]
+#[derive(Deserialize, JsonSchema, Clone, Copy)]
+#[schemars(rename = "StoreErrorPolicy")]
 #[serde(rename_all = "lowercase")]
 pub enum RawStoreErrorPolicy {
     Open,

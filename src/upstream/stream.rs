@@ -47,9 +47,8 @@ struct Inner {
     outcome: &'static str,
     /// The tool of a `tools/call` (its upstream's own name): an audit event at the end.
     audit_tool: Option<Box<str>>,
-    /// What the upstream's answer to an audited call said: `ok`, `tool_error` (a result with
-    /// `isError: true`) or `error` (a JSON-RPC error). Read only for audited calls.
-    answer: Option<&'static str>,
+    /// What the upstream's answer to an audited call said (read only for audited calls).
+    answer: Answer,
     /// The upstream call's span (disabled when traces are off), closed at the end.
     span: tracing::Span,
     /// Whether dropping the stream before its end cancels the upstream request.
@@ -87,7 +86,7 @@ impl ForwardStream {
                 started: now,
                 outcome: "cancelled",
                 audit_tool: None,
-                answer: None,
+                answer: Answer::Unread,
                 span,
                 cancel_on_drop: false,
                 _held: None,
@@ -167,7 +166,7 @@ impl Inner {
             Some(Some(StreamEvent::Response(b))) => {
                 self.outcome = "ok";
                 if self.audit_tool.is_some() {
-                    self.answer = Some(answer_of(&b));
+                    self.answer = answer_of(&b);
                 }
                 StreamItem::Final(b)
             }
@@ -212,7 +211,7 @@ impl Inner {
                 user = user.unwrap_or("-"),
                 tool = %tool,
                 upstream = %info.name,
-                outcome = self.answer.unwrap_or(self.outcome),
+                outcome = self.answer.outcome().unwrap_or(self.outcome),
                 duration_ms = self.started.elapsed().as_millis() as u64,
                 "tool call"
             );
@@ -223,21 +222,44 @@ impl Inner {
     }
 }
 
-/// What a tool call's response says, for its audit event: `error` for a JSON-RPC error,
-/// `tool_error` for a result with `isError: true`, `ok` otherwise.
-fn answer_of(response: &[u8]) -> &'static str {
+/// What a tool call's response said, for its audit event. One byte: it sits in every
+/// forwarded request's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// No response read (not audited, or not answered).
+    Unread,
+    Ok,
+    /// A result with `isError: true`.
+    ToolError,
+    /// A JSON-RPC error.
+    Error,
+}
+
+impl Answer {
+    fn outcome(self) -> Option<&'static str> {
+        match self {
+            Answer::Unread => None,
+            Answer::Ok => Some("ok"),
+            Answer::ToolError => Some("tool_error"),
+            Answer::Error => Some("error"),
+        }
+    }
+}
+
+/// What a tool call's response says.
+fn answer_of(response: &[u8]) -> Answer {
     match crate::jsonrpc::parse(response) {
         Ok(crate::jsonrpc::Message::Response(r)) => match r.outcome {
-            Outcome::Error(_) => "error",
+            Outcome::Error(_) => Answer::Error,
             Outcome::Result(result) => {
                 let failed = RawObject::parse(result)
                     .ok()
                     .and_then(|o| o.get("isError").map(|v| v.get() == "true"))
                     .unwrap_or(false);
-                if failed { "tool_error" } else { "ok" }
+                if failed { Answer::ToolError } else { Answer::Ok }
             }
         },
-        _ => "ok",
+        _ => Answer::Ok,
     }
 }
 

@@ -32,6 +32,7 @@ mod process;
 mod reload;
 mod resume;
 mod rolling;
+mod schema;
 mod sdk_clients;
 mod session_store;
 mod stateless;
