@@ -6,6 +6,7 @@ mod catalog;
 mod initialize;
 pub mod mrtr;
 mod names;
+mod resources;
 pub mod stateless;
 
 use std::sync::Arc;
@@ -67,6 +68,9 @@ pub async fn handle_request(
         }
         Method::ResourcesRead | Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => {
             route_by_uri(gateway, tenant, session, principal, req).await
+        }
+        Method::ResourcesMetadata => {
+            resources::metadata(gateway, tenant, session, principal, req).await
         }
         Method::CompletionComplete => route_completion(tenant, session, req).await,
         Method::LoggingSetLevel => set_level_everywhere(tenant, session, req).await,
@@ -309,6 +313,9 @@ async fn forward(
 ) -> Result<Reply, GatewayError> {
     let conn = ensure_link(session, upstream).await?;
     conn.ready(upstream.info.request_timeout).await?;
+    // URIs of an upstream without resources cannot be read back: left as they are.
+    let shape = shape
+        .filter(|s| *s == ResultShape::ReadResource || resources::offers(&conn, "resources", None));
     let mirror = match method {
         // Boxed: a walk over the upstream's tool pages, kept out of other requests' futures.
         "tools/call" if conn.mirrors_params() => {
@@ -543,7 +550,8 @@ async fn route_by_name(
 }
 
 /// `resources/read|subscribe|unsubscribe`: the namespaced `uri` selects the upstream. A read
-/// at a gated upstream takes a slot.
+/// at a gated upstream takes a slot; a subscription to an upstream that offers none is
+/// refused here.
 async fn route_by_uri(
     gateway: &Gateway,
     tenant: &Arc<Tenant>,
@@ -559,6 +567,14 @@ async fn route_by_uri(
     };
     if tenant.is_transparent() {
         let upstream = &tenant.upstreams[0];
+        if follow.is_some() {
+            let uri = params_object(req)?
+                .get_str("uri")
+                .unwrap_or_default()
+                .into_owned();
+            let conn = ensure_link(session, upstream).await?;
+            resources::check_subscribable(&conn, upstream.name(), &uri)?;
+        }
         if let Some(on) = follow
             && let Some(reply) = stateless_subscription(session, upstream, req, None, on).await?
         {
@@ -582,6 +598,10 @@ async fn route_by_uri(
         .ok_or_else(|| GatewayError::InvalidParams("`uri` is required".into()))?
         .into_owned();
     let (upstream, own) = resolve_uri(tenant, session, &uri).await?;
+    if follow.is_some() {
+        let conn = ensure_link(session, upstream).await?;
+        resources::check_subscribable(&conn, upstream.name(), &uri)?;
+    }
     if let Some(on) = follow
         && let Some(reply) = stateless_subscription(session, upstream, req, Some(&own), on).await?
     {

@@ -28,6 +28,7 @@ mod origin_host;
 mod param_headers;
 mod process;
 mod reload;
+mod resources;
 mod resume;
 mod rolling;
 mod sdk_clients;
