@@ -313,9 +313,17 @@ async fn forward(
 ) -> Result<Reply, GatewayError> {
     let conn = ensure_link(session, upstream).await?;
     conn.ready(upstream.info.request_timeout).await?;
-    // URIs of an upstream without resources cannot be read back: left as they are.
-    let shape = shape
-        .filter(|s| *s == ResultShape::ReadResource || resources::offers(&conn, "resources", None));
+    // URIs of an upstream without resources cannot be read back: left as they are (asked only
+    // where they would be namespaced).
+    let shape = match shape {
+        Some(ResultShape::ToolCall | ResultShape::PromptGet)
+            if upstream.info.uri_prefix.is_some()
+                && !resources::offers(&conn, "resources", None) =>
+        {
+            None
+        }
+        other => other,
+    };
     let mirror = match method {
         // Boxed: a walk over the upstream's tool pages, kept out of other requests' futures.
         "tools/call" if conn.mirrors_params() => {
