@@ -2,7 +2,8 @@
 //! types (SEP-2093) with one upstream implementing the method (the demo server) and one that
 //! does not (the hand-written catalog server), "resource not found" for clients of every era
 //! (SEP-2164), subscriptions only where the owner offers them, and resource URIs in tool
-//! results namespaced only for upstreams whose resources can be read back.
+//! results namespaced only for upstreams whose resources can be read back; the same with one
+//! upstream and no prefixes.
 
 use serde_json::{Value, json};
 
@@ -221,5 +222,54 @@ async fn subscriptions_and_tool_links_follow_what_the_owner_offers() {
     let content = &r.last()["result"]["content"];
     assert_eq!(content[0]["uri"], "res://item/0", "{content}");
     assert_eq!(content[1]["resource"]["uri"], "res://embedded", "{content}");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn one_upstream_behind_the_gateway_gets_the_same_answers_unprefixed() {
+    let trace = TempDir::new("resources-transparent");
+    let trace_file = trace.0.join("demo.jsonl");
+    let gw = TestGateway::start(config(vec![
+        tenant("solo", vec![demo(Some(&trace_file))]),
+        tenant("cat", vec![catalog_server("cat", &["--resources", "2"])]),
+    ]))
+    .await;
+    let mut c = RawClient::new(gw.url("solo"));
+    c.initialize().await;
+    let r = c
+        .request("resources/subscribe", json!({"uri": "demo://readme"}))
+        .await;
+    assert_eq!(r.error_code(), Some(-32602), "{:?}", r.last());
+    assert_eq!(r.last()["error"]["data"]["upstream"], "demo");
+    let methods: Vec<String> = read_trace(&trace_file)
+        .iter()
+        .filter_map(|m| m["method"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        methods.iter().any(|m| m == "initialize")
+            && !methods.iter().any(|m| m == "resources/subscribe"),
+        "{methods:?}"
+    );
+    let r = c
+        .request("resources/metadata", json!({"uri": "demo://docs/echo"}))
+        .await;
+    assert_eq!(r.last()["result"]["resource"]["uri"], "demo://docs/echo");
+
+    let mut c = RawClient::new(gw.url("cat"));
+    c.initialize().await;
+    let r = c
+        .request("resources/metadata", json!({"uri": "res://item/0"}))
+        .await;
+    assert_eq!(
+        r.last()["result"]["resource"],
+        json!({"uri": "res://item/0", "name": "item0", "mimeType": "text/plain"}),
+        "{:?}",
+        r.last()
+    );
+    let r = c
+        .request("resources/metadata", json!({"uri": "res://item/5"}))
+        .await;
+    assert_eq!(r.error_code(), Some(-32602), "{:?}", r.last());
+    assert_eq!(r.last()["error"]["data"]["uri"], "res://item/5");
     gw.stop().await;
 }
