@@ -576,12 +576,8 @@ async fn route_by_uri(
     if tenant.is_transparent() {
         let upstream = &tenant.upstreams[0];
         if follow.is_some() {
-            let uri = params_object(req)?
-                .get_str("uri")
-                .unwrap_or_default()
-                .into_owned();
-            let conn = ensure_link(session, upstream).await?;
-            resources::check_subscribable(&conn, upstream.name(), &uri)?;
+            let uri = params_object(req)?.get_str("uri").map(|u| u.into_owned());
+            resources::check_subscribable(session, upstream, uri.as_deref().unwrap_or("")).await?;
         }
         if let Some(on) = follow
             && let Some(reply) = stateless_subscription(session, upstream, req, None, on).await?
@@ -607,8 +603,7 @@ async fn route_by_uri(
         .into_owned();
     let (upstream, own) = resolve_uri(tenant, session, &uri).await?;
     if follow.is_some() {
-        let conn = ensure_link(session, upstream).await?;
-        resources::check_subscribable(&conn, upstream.name(), &uri)?;
+        resources::check_subscribable(session, upstream, &uri).await?;
     }
     if let Some(on) = follow
         && let Some(reply) = stateless_subscription(session, upstream, req, Some(&own), on).await?

@@ -15,7 +15,7 @@ use crate::jsonrpc::{self, Outcome, Request};
 use crate::protocol::rewrite::{self, ResultShape};
 use crate::session::LiveSession;
 use crate::tenant::Tenant;
-use crate::upstream::{Connection, InternalReply};
+use crate::upstream::{Connection, InternalReply, Upstream};
 
 /// `resources/metadata`: routed by URI like a read. The owner's own answer when it implements
 /// the method (its `resource.uri` namespaced); when it answers "method not found" (servers of
@@ -81,17 +81,18 @@ pub(super) async fn metadata(
 /// advertise `resources.subscribe` (the gateway's merged capability says only that some
 /// upstream offers them). Stateless upstreams are followed through the gateway's own
 /// `subscriptions/listen`, and are not refused here.
-pub(super) fn check_subscribable(
-    conn: &Connection,
-    upstream: &str,
+pub(super) async fn check_subscribable(
+    session: &Arc<LiveSession>,
+    upstream: &Arc<Upstream>,
     uri: &str,
 ) -> Result<(), GatewayError> {
-    if conn.is_stateless() || offers(conn, "resources", Some("subscribe")) {
+    let conn = ensure_link(session, upstream).await?;
+    if conn.is_stateless() || offers(&conn, "resources", Some("subscribe")) {
         return Ok(());
     }
     Err(GatewayError::SubscriptionsNotOffered {
         uri: uri.to_owned(),
-        upstream: upstream.to_owned(),
+        upstream: upstream.name().to_owned(),
     })
 }
 
