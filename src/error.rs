@@ -134,6 +134,16 @@ pub enum GatewayError {
     MethodNotFound(String),
     #[error("{0}")]
     InvalidParams(String),
+    /// A resource URI nothing serves (SEP-2164's -32602 with `data.uri`, the public URI);
+    /// `hint` (empty, or starting with a space) says how URIs are formed on the endpoint.
+    #[error("Resource not found: {uri:?}{hint}")]
+    ResourceNotFound { uri: String, hint: String },
+    /// `resources/subscribe|unsubscribe` for a resource whose upstream did not advertise
+    /// `resources.subscribe`: answered here, never forwarded.
+    #[error(
+        "Resource {uri:?} cannot be subscribed to: its server ({upstream:?}) does not offer resource subscriptions"
+    )]
+    SubscriptionsNotOffered { uri: String, upstream: String },
     #[error("Session not initialized: send notifications/initialized before other requests")]
     NotInitialized,
     #[error("Session already initialized: start a new session to initialize again")]
@@ -298,6 +308,8 @@ impl GatewayError {
             AuthUnavailable => "auth_unavailable",
             MethodNotFound(_) => "method_not_found",
             InvalidParams(_) => "invalid_params",
+            ResourceNotFound { .. } => "resource_not_found",
+            SubscriptionsNotOffered { .. } => "subscriptions_not_offered",
             NotInitialized => "not_initialized",
             AlreadyInitialized => "already_initialized",
             UpstreamUnavailable { .. } => "upstream_unavailable",
@@ -347,6 +359,8 @@ impl GatewayError {
             }
             MethodNotFound(_)
             | InvalidParams(_)
+            | ResourceNotFound { .. }
+            | SubscriptionsNotOffered { .. }
             | NotInitialized
             | AlreadyInitialized
             | UpstreamUnavailable { .. }
@@ -399,7 +413,9 @@ impl GatewayError {
             | BadHost(_)
             | AuthUnavailable => code::INVALID_REQUEST,
             MethodNotFound(_) => code::METHOD_NOT_FOUND,
-            InvalidParams(_) => code::INVALID_PARAMS,
+            InvalidParams(_) | ResourceNotFound { .. } | SubscriptionsNotOffered { .. } => {
+                code::INVALID_PARAMS
+            }
             UpstreamUnavailable { .. } => code::UPSTREAM_UNAVAILABLE,
             UpstreamTimeout { .. } => code::REQUEST_TIMEOUT,
             UpstreamClosed { .. } => code::CONNECTION_CLOSED,
@@ -432,6 +448,10 @@ impl GatewayError {
                 "limit": "max_batch",
                 "maxBatch": max,
             })),
+            GatewayError::ResourceNotFound { uri, .. } => Some(serde_json::json!({ "uri": uri })),
+            GatewayError::SubscriptionsNotOffered { uri, upstream } => {
+                Some(serde_json::json!({ "uri": uri, "upstream": upstream }))
+            }
             GatewayError::UpstreamUnavailable { upstream, .. }
             | GatewayError::UpstreamTimeout { upstream, .. }
             | GatewayError::UpstreamClosed { upstream, .. }

@@ -392,7 +392,7 @@ impl Session {
             return Outcome::Reply(modern::complete(reply, method));
         }
         match self.request_in_session(id, method, params) {
-            Outcome::Reply(reply) if method == "resources/read" => {
+            Outcome::Reply(reply) if matches!(method, "resources/read" | "resources/metadata") => {
                 Outcome::Reply(modern::complete(modern::not_found(reply, params), method))
             }
             Outcome::Reply(reply) => Outcome::Reply(modern::complete(reply, method)),
@@ -425,6 +425,10 @@ impl Session {
             "resources/list" => wire::response(id, &self.server.resources_list),
             "resources/read" => match params {
                 Some(p) => catalog::read_resource(id, p),
+                None => missing_params(id, method),
+            },
+            "resources/metadata" if !self.server.fixture => match params {
+                Some(p) => catalog::resource_metadata(id, p),
                 None => missing_params(id, method),
             },
             "resources/templates/list" => wire::response(id, &self.server.templates_list),

@@ -341,6 +341,38 @@ fn prompts_resources_and_logging() {
         r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"demo://x"}}"#,
     );
     assert_eq!(error_of(&r).0, -32002);
+    // SEP-2093: resource types, a collection read as its documents, metadata without contents.
+    let r = reply(&s, r#"{"jsonrpc":"2.0","id":1,"method":"resources/list"}"#);
+    assert_eq!(r["result"]["resources"][1]["resourceType"], "collection");
+    let r = reply(
+        &s,
+        r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"demo://docs/"}}"#,
+    );
+    let uris: Vec<&str> = r["result"]["contents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["uri"].as_str().unwrap())
+        .collect();
+    assert_eq!(uris, ["demo://docs/echo", "demo://docs/add"]);
+    assert_eq!(r["result"]["contents"][0]["resourceType"], "document");
+    let r = reply(
+        &s,
+        r#"{"jsonrpc":"2.0","id":1,"method":"resources/metadata","params":{"uri":"demo://docs/"}}"#,
+    );
+    assert_eq!(r["result"]["resource"]["resourceType"], "collection");
+    assert!(r["result"]["resource"].get("text").is_none());
+    let r = reply(
+        &s,
+        r#"{"jsonrpc":"2.0","id":1,"method":"resources/metadata","params":{"uri":"demo://readme"}}"#,
+    );
+    assert_eq!(r["result"]["resource"]["name"], "readme");
+    assert!(r["result"]["resource"]["size"].as_u64().unwrap() > 0);
+    let r = reply(
+        &s,
+        r#"{"jsonrpc":"2.0","id":1,"method":"resources/metadata","params":{"uri":"demo://x"}}"#,
+    );
+    assert_eq!(error_of(&r).0, -32002);
     let r = reply(
         &s,
         r#"{"jsonrpc":"2.0","id":1,"method":"resources/templates/list"}"#,

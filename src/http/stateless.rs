@@ -180,11 +180,13 @@ async fn request(
         .await
 }
 
-/// The name or URI a request targets (`Mcp-Name`), for the methods that have one.
+/// The name or URI a request targets (`Mcp-Name`, checked for the methods of this revision
+/// that have one; also what a `requestState` is bound to and the URI of a translated
+/// "resource not found").
 fn target_name(method: &str, params: Option<&RawObject<'_>>) -> Option<String> {
     let field = match method {
         "tools/call" | "prompts/get" => "name",
-        "resources/read" => "uri",
+        "resources/read" | "resources/metadata" => "uri",
         _ => return None,
     };
     params?.get_str(field).map(|s| s.into_owned())
@@ -452,6 +454,14 @@ impl Exchange {
 
     /// The final response in this revision's shape (and with this attempt's id).
     fn finish(&self, body: &[u8]) -> Bytes {
+        // A session-based upstream's "resource not found" (-32002) in this revision's words.
+        let translated = match (self.method.as_str(), &self.name) {
+            ("resources/read" | "resources/metadata", Some(uri)) => {
+                modern::resource_not_found(body, uri)
+            }
+            _ => None,
+        };
+        let body = translated.as_deref().unwrap_or(body);
         let hints = stateless::cache_hints(&self.tenant, &self.method).map(|h| {
             if self.resumed {
                 CacheHints {

@@ -4,7 +4,10 @@
 use serde_json::{Map, Value};
 
 /// Capabilities the gateway can honour when several upstreams stand behind one endpoint.
-/// Each is present when at least one upstream offers it; boolean sub-capabilities are OR-ed.
+/// Each is present when at least one upstream offers it; boolean sub-capabilities are OR-ed,
+/// and the router answers per upstream for the rest (a subscription to a resource whose
+/// upstream lacks `resources.subscribe` is refused, never forwarded; `resources/metadata`,
+/// which `resources` implies (SEP-2093), is answered from the catalog for upstreams without it).
 /// Capabilities the gateway cannot route yet (e.g. `tasks`) are left out; `experimental`
 /// entries are merged key by key (first upstream wins on a clash).
 pub fn merge<'a>(upstreams: impl IntoIterator<Item = &'a Value>) -> Value {

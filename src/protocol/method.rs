@@ -13,6 +13,8 @@ pub enum Method<'a> {
     ResourcesList,
     ResourcesTemplatesList,
     ResourcesRead,
+    /// SEP-2093: a resource's metadata without its contents.
+    ResourcesMetadata,
     ResourcesSubscribe,
     ResourcesUnsubscribe,
     CompletionComplete,
@@ -29,7 +31,7 @@ impl<'a> Method<'a> {
     /// A bounded label for metrics: the method's name if it is one of the known set, else
     /// `other` (a client cannot grow a label set by inventing methods).
     pub fn label(name: &str) -> &'static str {
-        const KNOWN: [&str; 18] = [
+        const KNOWN: [&str; 19] = [
             "initialize",
             "ping",
             "server/discover",
@@ -40,6 +42,7 @@ impl<'a> Method<'a> {
             "resources/list",
             "resources/templates/list",
             "resources/read",
+            "resources/metadata",
             "resources/subscribe",
             "resources/unsubscribe",
             "completion/complete",
@@ -68,6 +71,7 @@ impl<'a> Method<'a> {
             "resources/list" => Method::ResourcesList,
             "resources/templates/list" => Method::ResourcesTemplatesList,
             "resources/read" => Method::ResourcesRead,
+            "resources/metadata" => Method::ResourcesMetadata,
             "resources/subscribe" => Method::ResourcesSubscribe,
             "resources/unsubscribe" => Method::ResourcesUnsubscribe,
             "completion/complete" => Method::CompletionComplete,

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::jsonrpc::RawObject;
+use crate::jsonrpc::{self, Message, Outcome, RawObject};
 
 /// `_meta` keys of the stateless revision.
 pub mod meta {
@@ -150,6 +150,44 @@ pub struct CacheHints {
     pub public: bool,
 }
 
+/// The "resource not found" code of 2025-11-25 and earlier (2026-07-28 uses -32602).
+pub const LEGACY_RESOURCE_NOT_FOUND: i64 = -32002;
+
+/// SEP-2164 at the era bridge: a session-based upstream answers a resource it does not have
+/// with -32002; a client of this revision gets -32602 with the URI it asked for (`uri`, the
+/// public one) in `data.uri`. The upstream's message and other `data` members are kept.
+/// `None` when `response` is not such an error (it then passes unchanged).
+pub fn resource_not_found(response: &[u8], uri: &str) -> Option<Bytes> {
+    if !response.windows(6).any(|w| w == b"-32002") {
+        return None;
+    }
+    let Message::Response(r) = jsonrpc::parse(response).ok()? else {
+        return None;
+    };
+    let Outcome::Error(error) = r.outcome else {
+        return None;
+    };
+    let error: serde_json::Map<String, Value> = serde_json::from_str(error.get()).ok()?;
+    if error.get("code").and_then(Value::as_i64) != Some(LEGACY_RESOURCE_NOT_FOUND) {
+        return None;
+    }
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or("Resource not found");
+    let mut data = match error.get("data") {
+        Some(Value::Object(d)) => d.clone(),
+        _ => serde_json::Map::new(),
+    };
+    data.entry("uri").or_insert_with(|| uri.into());
+    Some(jsonrpc::error_response(
+        Some(r.id),
+        jsonrpc::code::INVALID_PARAMS,
+        message,
+        Some(&Value::Object(data)),
+    ))
+}
+
 /// Methods whose complete results carry caching hints.
 pub fn is_cacheable(method: &str) -> bool {
     matches!(
@@ -270,6 +308,28 @@ mod tests {
             parsed(&complete(nested, None))["result"]["resultType"],
             "complete"
         );
+    }
+
+    #[test]
+    fn legacy_resource_not_found_becomes_invalid_params_with_the_uri() {
+        let legacy = br#"{"jsonrpc":"2.0","id":7,"error":{"code":-32002,"message":"Resource not found: x"}}"#;
+        let out = resource_not_found(legacy, "up+test://x").unwrap();
+        assert_eq!(
+            parsed(&out),
+            json!({"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"Resource not found: x",
+                   "data":{"uri":"up+test://x"}}})
+        );
+        // The upstream's own data is kept, its uri too.
+        let with_data = br#"{"jsonrpc":"2.0","id":"a","error":{"code":-32002,"message":"m","data":{"uri":"u","why":1}}}"#;
+        assert_eq!(
+            parsed(&resource_not_found(with_data, "other").unwrap())["error"]["data"],
+            json!({"uri":"u","why":1})
+        );
+        // Anything else is left alone: other codes, results mentioning the number.
+        let other = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"-32002"}}"#;
+        assert!(resource_not_found(other, "u").is_none());
+        let result = br#"{"jsonrpc":"2.0","id":1,"result":{"code":-32002}}"#;
+        assert!(resource_not_found(result, "u").is_none());
     }
 
     #[test]

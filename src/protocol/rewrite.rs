@@ -8,8 +8,10 @@ use crate::jsonrpc::{self, RawObject};
 /// Where resource URIs sit in a result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResultShape {
-    /// `resources/read`: `contents[].uri`.
+    /// `resources/read`: `contents[].uri`, every entry (a collection's children too).
     ReadResource,
+    /// `resources/metadata` (SEP-2093): `resource.uri`.
+    ResourceMetadata,
     /// `tools/call`: `content[]` blocks of type `resource_link` (`uri`) and `resource`
     /// (`resource.uri`).
     ToolCall,
@@ -32,6 +34,13 @@ pub fn prefix_result_uris(
         ResultShape::ReadResource => edit_array(&mut obj, "contents", |item| {
             prefix_field(item, "uri", prefix)
         }),
+        ResultShape::ResourceMetadata => match prefix_field(obj.get("resource")?, "uri", prefix) {
+            Some(resource) => {
+                obj.set("resource", resource);
+                true
+            }
+            None => false,
+        },
         ResultShape::ToolCall => {
             edit_array(&mut obj, "content", |block| prefix_block(block, prefix))
         }
@@ -129,6 +138,30 @@ mod tests {
         assert_eq!(
             out.get(),
             r#"{"contents":[{"uri":"files+file:///a","text":"x"},{"uri":"files+file:///b","blob":"AA=="}]}"#
+        );
+    }
+
+    #[test]
+    fn collection_children_and_metadata_results_get_prefixed_uris() {
+        let r = raw(
+            r#"{"contents":[{"uri":"demo://docs/a","name":"a","resourceType":"document","text":"x"},{"uri":"demo://docs/b","name":"b","resourceType":"document","text":"y"}]}"#,
+        );
+        let out = prefix_result_uris(&r, ResultShape::ReadResource, "d+").unwrap();
+        assert_eq!(
+            out.get(),
+            r#"{"contents":[{"uri":"d+demo://docs/a","name":"a","resourceType":"document","text":"x"},{"uri":"d+demo://docs/b","name":"b","resourceType":"document","text":"y"}]}"#
+        );
+        let m = raw(
+            r#"{"resource":{"uri":"demo://docs/","name":"docs","resourceType":"collection"},"_meta":{"uri":"kept"}}"#,
+        );
+        let out = prefix_result_uris(&m, ResultShape::ResourceMetadata, "d+").unwrap();
+        assert_eq!(
+            out.get(),
+            r#"{"resource":{"uri":"d+demo://docs/","name":"docs","resourceType":"collection"},"_meta":{"uri":"kept"}}"#
+        );
+        assert!(
+            prefix_result_uris(&raw(r#"{"uri":"x"}"#), ResultShape::ResourceMetadata, "d+")
+                .is_none()
         );
     }
 

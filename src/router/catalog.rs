@@ -347,6 +347,20 @@ async fn all_ids(
     Ok(pages)
 }
 
+/// The `Resource` `upstream` lists under its own URI `uri`, in public form (as
+/// `resources/list` shows it), from its cached pages; `None` when it lists no such resource.
+pub async fn listed_resource(
+    session: &Arc<LiveSession>,
+    upstream: &Arc<Upstream>,
+    uri: &str,
+) -> Result<Option<Box<RawValue>>, GatewayError> {
+    let pages = all_ids(session, upstream, ListKind::Resources).await?;
+    Ok(pages.iter().find_map(|p| {
+        let at = p.ids.iter().position(|id| &**id == uri)?;
+        p.items.get(at).cloned()
+    }))
+}
+
 /// The upstream owning `name` (a tool or prompt) when names carry no prefix: the first
 /// upstream, in order, that lists it.
 pub async fn owner_by_name<'t>(

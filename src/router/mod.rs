@@ -7,6 +7,7 @@ mod catalog;
 mod initialize;
 pub mod mrtr;
 mod names;
+mod resources;
 pub mod stateless;
 
 use std::sync::Arc;
@@ -68,6 +69,9 @@ pub async fn handle_request(
         }
         Method::ResourcesRead | Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => {
             route_by_uri(gateway, tenant, session, principal, req).await
+        }
+        Method::ResourcesMetadata => {
+            resources::metadata(gateway, tenant, session, principal, req).await
         }
         Method::CompletionComplete => route_completion(tenant, session, req).await,
         Method::LoggingSetLevel => set_level_everywhere(tenant, session, req).await,
@@ -312,6 +316,17 @@ async fn forward(
 ) -> Result<Reply, GatewayError> {
     let conn = ensure_link(session, upstream).await?;
     conn.ready(upstream.info.request_timeout).await?;
+    // URIs of an upstream without resources cannot be read back: left as they are (asked only
+    // where they would be namespaced).
+    let shape = match shape {
+        Some(ResultShape::ToolCall | ResultShape::PromptGet)
+            if upstream.info.uri_prefix.is_some()
+                && !resources::offers(&conn, "resources", None) =>
+        {
+            None
+        }
+        other => other,
+    };
     let mirror = match method {
         // Boxed: a walk over the upstream's tool pages, kept out of other requests' futures.
         "tools/call" if conn.mirrors_params() => {
@@ -558,7 +573,8 @@ async fn route_by_name(
 }
 
 /// `resources/read|subscribe|unsubscribe`: the namespaced `uri` selects the upstream. A read
-/// at a gated upstream takes a slot.
+/// at a gated upstream takes a slot; a subscription to an upstream that offers none is
+/// refused here.
 async fn route_by_uri(
     gateway: &Gateway,
     tenant: &Arc<Tenant>,
@@ -574,6 +590,10 @@ async fn route_by_uri(
     };
     if tenant.is_transparent() {
         let upstream = &tenant.upstreams[0];
+        if follow.is_some() {
+            let uri = params_object(req)?.get_str("uri").map(|u| u.into_owned());
+            resources::check_subscribable(session, upstream, uri.as_deref().unwrap_or("")).await?;
+        }
         if let Some(on) = follow
             && let Some(reply) = stateless_subscription(session, upstream, req, None, on).await?
         {
@@ -597,6 +617,9 @@ async fn route_by_uri(
         .ok_or_else(|| GatewayError::InvalidParams("`uri` is required".into()))?
         .into_owned();
     let (upstream, own) = resolve_uri(tenant, session, &uri).await?;
+    if follow.is_some() {
+        resources::check_subscribable(session, upstream, &uri).await?;
+    }
     if let Some(on) = follow
         && let Some(reply) = stateless_subscription(session, upstream, req, Some(&own), on).await?
     {

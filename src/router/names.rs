@@ -55,10 +55,19 @@ pub fn unknown_name(tenant: &Tenant, what: &str, name: &str) -> GatewayError {
     GatewayError::InvalidParams(format!("Unknown {what}: {name:?} ({hint})"))
 }
 
-/// -32602 for a resource URI no upstream owns.
+/// -32602 for a resource URI no upstream owns (with the URI in `data.uri`, SEP-2164), saying
+/// how URIs are formed here.
 pub fn unknown_uri(tenant: &Tenant, uri: &str) -> GatewayError {
-    GatewayError::InvalidParams(format!(
-        "Unknown resource: {uri:?} (resource URIs on this endpoint are <upstream>+<uri> with upstream one of: {}; list them with resources/list)",
-        upstream_list(tenant)
-    ))
+    let hint = if tenant.prefixed {
+        format!(
+            " (resource URIs on this endpoint are <upstream>+<uri> with upstream one of: {}; list them with resources/list)",
+            upstream_list(tenant)
+        )
+    } else {
+        " (list the available ones with resources/list)".to_owned()
+    };
+    GatewayError::ResourceNotFound {
+        uri: uri.to_owned(),
+        hint,
+    }
 }

@@ -128,7 +128,15 @@ async fn resource_uris_are_namespaced_and_reversible() {
         "resources",
         "uri",
     );
-    assert_eq!(uris, ["a+demo://readme", "b+demo://readme"]);
+    assert_eq!(
+        uris,
+        [
+            "a+demo://readme",
+            "a+demo://docs/",
+            "b+demo://readme",
+            "b+demo://docs/"
+        ]
+    );
     let r = c
         .request("resources/read", json!({"uri": "b+demo://readme"}))
         .await;

@@ -30,6 +30,7 @@ mod origin_host;
 mod param_headers;
 mod process;
 mod reload;
+mod resources;
 mod resume;
 mod rolling;
 mod schema;

@@ -26,7 +26,7 @@ async fn everything_gateway() -> TestGateway {
     .await
 }
 
-fn meta(capabilities: Value) -> Value {
+pub(crate) fn meta(capabilities: Value) -> Value {
     json!({
         "io.modelcontextprotocol/protocolVersion": V,
         "io.modelcontextprotocol/clientCapabilities": capabilities,
@@ -36,7 +36,7 @@ fn meta(capabilities: Value) -> Value {
 
 /// POSTs a stateless request with the mirrored headers it should carry, plus `extra`
 /// (which replace them by name).
-async fn send(
+pub(crate) async fn send(
     c: &RawClient,
     id: u64,
     method: &str,

@@ -2,12 +2,17 @@
 """A small stdio MCP server for the gateway's catalog tests (hand-written JSON-RPC, no SDK).
 
     catalog_server.py [--tools N] [--resources N] [--page-size N] [--invalid] [--batch]
+                      [--links] [--no-resources]
 
 - tools/list, prompts/list and resources/list are paginated (`--page-size`, cursor = offset);
 - tools t0..t{N-1} answer "<name> called"; `add_tool {name}` adds a tool at run time and sends
   notifications/tools/list_changed (capability tools.listChanged = true);
 - `--invalid` adds definitions that break the spec's rules (bad names, bad x-mcp-header), which
   a gateway must leave out of its lists;
+- it has the `resources` capability (never `subscribe`, and no `resources/metadata`: -32601)
+  unless `--no-resources`, which leaves the capability and the resources/* methods out;
+- `--links` adds a tool `link` whose result holds a `resource_link` (res://item/0) and an
+  embedded `resource` (res://embedded);
 - `--batch` (protocol version 2025-03-26 only) answers each tools/call with one JSON-RPC batch:
   a progress notification, then the response.
 """
@@ -33,10 +38,14 @@ def main():
     p.add_argument("--page-size", type=int, default=2)
     p.add_argument("--invalid", action="store_true")
     p.add_argument("--batch", action="store_true")
+    p.add_argument("--links", action="store_true")
+    p.add_argument("--no-resources", action="store_true")
     args = p.parse_args()
 
     tools = [{"name": f"t{i}", "description": f"tool {i}", "inputSchema": schema()} for i in range(args.tools)]
     tools.append({"name": "add_tool", "description": "adds a tool", "inputSchema": schema({"name": {"type": "string"}})})
+    if args.links:
+        tools.append({"name": "link", "description": "returns resource URIs", "inputSchema": schema()})
     if args.invalid:
         tools += [
             {"name": "bad name", "inputSchema": schema()},
@@ -71,9 +80,12 @@ def main():
             continue  # notifications and responses
         if method == "initialize":
             v = params.get("protocolVersion")
+            capabilities = {"tools": {"listChanged": True}, "prompts": {}}
+            if not args.no_resources:
+                capabilities["resources"] = {}
             result = {
                 "protocolVersion": "2025-03-26" if args.batch else v if v in SUPPORTED else SUPPORTED[0],
-                "capabilities": {"tools": {"listChanged": True}, "resources": {}, "prompts": {}},
+                "capabilities": capabilities,
                 "serverInfo": {"name": "catalog-server", "version": "1"},
             }
         elif method == "ping":
@@ -82,6 +94,9 @@ def main():
             result = page(tools, "tools", params)
         elif method == "prompts/list":
             result = page(prompts, "prompts", params)
+        elif method.startswith("resources/") and args.no_resources:
+            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"Method not found: {method}"}})
+            continue
         elif method == "resources/list":
             result = page(resources, "resources", params)
         elif method == "resources/templates/list":
@@ -94,6 +109,11 @@ def main():
             tools.append({"name": name, "inputSchema": schema()})
             send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
             result = {"content": [{"type": "text", "text": f"added {name}"}]}
+        elif method == "tools/call" and args.links and params.get("name") == "link":
+            result = {"content": [
+                {"type": "resource_link", "uri": "res://item/0", "name": "item0"},
+                {"type": "resource", "resource": {"uri": "res://embedded", "text": "embedded"}},
+            ]}
         elif method == "tools/call" and any(t["name"] == params.get("name") for t in tools):
             result = {"content": [{"type": "text", "text": f"{params['name']} called"}]}
             if args.batch:
