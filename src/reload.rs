@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::config::{self, Config, ConfigErrors};
 use crate::gateway::Gateway;
+use crate::gateway::status::{ConfigOutcome, ConfigProblem};
 
 /// Looks up `${VAR}` values.
 type Lookup = dyn Fn(&str) -> Option<String> + Send + Sync;
@@ -86,8 +87,12 @@ pub enum Outcome {
 
 /// Loads the config from `source` and applies it; logs what changed, or every error.
 pub async fn reload(gateway: &Gateway, source: &ConfigSource) -> Outcome {
+    let file = source.path().display().to_string();
+    // Every problem of a rejected file, for the status page.
+    let mut problems = Vec::new();
     let outcome = match source.load() {
         Err(errors) => {
+            problems = ConfigProblem::all(&errors);
             for e in &errors.errors {
                 tracing::error!(target: "switchyard::config", "{e}");
             }
@@ -101,6 +106,7 @@ pub async fn reload(gateway: &Gateway, source: &ConfigSource) -> Outcome {
         }
         Ok((config, _)) => match gateway.apply(&config).await {
             Err(e) => {
+                problems.push(ConfigProblem::whole(&file, &e));
                 tracing::error!(target: "switchyard::config", file = %source.path().display(), error = %e, "config reload failed; the running config stays in effect");
                 Outcome::Rejected
             }
@@ -132,11 +138,12 @@ pub async fn reload(gateway: &Gateway, source: &ConfigSource) -> Outcome {
             }
         },
     };
-    let label = match outcome {
-        Outcome::Applied => "applied",
-        Outcome::Unchanged => "unchanged",
-        Outcome::Rejected => "rejected",
+    let (label, recorded) = match outcome {
+        Outcome::Applied => ("applied", ConfigOutcome::Applied),
+        Outcome::Unchanged => ("unchanged", ConfigOutcome::Unchanged),
+        Outcome::Rejected => ("rejected", ConfigOutcome::Rejected),
     };
+    gateway.record_reload(&file, recorded, problems);
     let metrics = crate::metrics::get();
     metrics.config_reloads.with_label_values(&[label]).inc();
     metrics

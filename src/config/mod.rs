@@ -111,6 +111,10 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Address of the admin listener (`/metrics`, `/healthz`, `/readyz`); none when unset.
     pub admin_listen: Option<SocketAddr>,
+    /// The bearer token the admin listener's status page and API require (`/admin/...`);
+    /// none: they are open to whoever reaches the admin listener. Metrics and probes stay
+    /// open either way.
+    pub admin_token: Option<AdminToken>,
     /// HTTPS on the listener when set; plain HTTP otherwise (local dev, behind an ingress).
     pub tls: Option<TlsConfig>,
     pub limits: Limits,
@@ -457,6 +461,40 @@ pub struct ClientCredentials {
     pub scopes: Vec<String>,
     /// RFC 8707 `resource` sent with the token request (the upstream's URL when unset).
     pub resource: Option<String>,
+}
+
+/// The admin listener's bearer token: at least 16 characters, each a visible ASCII character
+/// (a token an `Authorization` header can carry as written). Its `Debug` never shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminToken(Secret);
+
+impl AdminToken {
+    /// Shortest token accepted: guessing must not be practical.
+    pub const MIN_LEN: usize = 16;
+
+    /// The token, or why it cannot be one.
+    pub fn new(value: &str) -> Result<AdminToken, &'static str> {
+        if value.len() < Self::MIN_LEN {
+            return Err("`admin_token` must be at least 16 characters long");
+        }
+        if !value.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err("`admin_token` must consist of visible ASCII characters (no spaces)");
+        }
+        Ok(AdminToken(Secret::new(value)))
+    }
+
+    /// Whether `presented` is the token, in time independent of where they differ (both are
+    /// hashed first, so not of their lengths either).
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        let digest = |b: &[u8]| ring::digest::digest(&ring::digest::SHA256, b);
+        let (want, got) = (digest(self.0.expose().as_bytes()), digest(presented));
+        let diff = want
+            .as_ref()
+            .iter()
+            .zip(got.as_ref())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        std::hint::black_box(diff) == 0
+    }
 }
 
 /// A string that may hold a secret: its `Debug` never shows the value.

@@ -22,6 +22,7 @@ pub type Field<T> = Option<Sp<T>>;
 pub struct RawConfig {
     pub listen: Field<String>,
     pub admin_listen: Field<String>,
+    pub admin_token: Field<String>,
     pub tls: Field<RawTls>,
     pub limits: Field<RawLimits>,
     pub sessions: Field<RawSessions>,

@@ -17,7 +17,7 @@ use super::subst::HIDDEN_VALUE;
 use super::units::{format_duration, format_size};
 use super::validate_security::TenantPath;
 use super::{
-    Config, FailurePolicy, Limits, PrefixConfig, PrefixMode, RedisConfig, Secret, ServerIdentity,
+    AdminToken, Config, FailurePolicy, Limits, PrefixConfig, PrefixMode, RedisConfig, Secret, ServerIdentity,
     SessionBounds, SessionConfig, StoreConfig, TelemetryConfig, TenantConfig,
 };
 
@@ -148,6 +148,7 @@ pub(super) fn validate(
         None => Some(None),
         Some(_) => listen(checker, &root.admin_listen).map(Some),
     };
+    let admin_token = admin_token(checker, &root.admin_token, &root.admin_listen);
     let listen = listen(checker, &root.listen).map(|written| served.unwrap_or(written));
     let limits = limits(checker, &root.limits);
     let sessions = sessions(checker, &root.sessions);
@@ -169,6 +170,7 @@ pub(super) fn validate(
         source: None,
         listen: listen?,
         admin_listen: admin_listen?,
+        admin_token: admin_token?,
         tls: tls?,
         limits: limits?,
         sessions: sessions?,
@@ -295,6 +297,33 @@ fn listen(checker: &mut Checker<'_>, field: &Field<String>) -> Option<SocketAddr
                     format!("invalid listen address {}: expected IP:port, e.g. 127.0.0.1:8080 or [::]:8080", shown(sp)),
                 );
             }
+            None
+        }
+    }
+}
+
+/// `admin_token`: a bearer token for the admin listener's status page (never shown in a
+/// message: it is a secret even when written in the file).
+fn admin_token(
+    checker: &mut Checker<'_>,
+    field: &Field<String>,
+    admin_listen: &Field<String>,
+) -> Option<Option<AdminToken>> {
+    let Some(sp) = field else {
+        return Some(None);
+    };
+    let value = sp.get()?;
+    if admin_listen.is_none() {
+        checker.error(
+            &sp.loc,
+            "`admin_token` protects the admin listener's status page: set `admin_listen` too",
+        );
+        return None;
+    }
+    match AdminToken::new(value) {
+        Ok(token) => Some(Some(token)),
+        Err(rule) => {
+            checker.error(&sp.loc, rule);
             None
         }
     }

@@ -275,7 +275,7 @@ fn document_shapes() {
     assert_eq!(
         errors("- a\n"),
         vec![
-            "t.yaml:1:1: expected a mapping with fields listen, admin_listen, tls, limits, sessions, telemetry, trusted_proxies, tenants; found a list"
+            "t.yaml:1:1: expected a mapping with fields listen, admin_listen, admin_token, tls, limits, sessions, telemetry, trusted_proxies, tenants; found a list"
         ]
     );
     assert_eq!(

@@ -148,6 +148,7 @@ fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
     [
         ("listen", running.listen != next.listen),
         ("admin_listen", running.admin_listen != next.admin_listen),
+        ("admin_token", running.admin_token != next.admin_token),
         ("tls", running.tls != next.tls),
         ("limits", running.limits != next.limits),
         ("sessions", running.sessions != next.sessions),

@@ -8,6 +8,7 @@ mod bus;
 pub mod handshake;
 mod open;
 pub mod parked;
+pub mod status;
 
 pub use apply::ReloadReport;
 pub use bus::RequestRelay;
@@ -58,6 +59,10 @@ pub struct Gateway {
     pub interactions: parked::Interactions,
     /// The router's and the HTTP layer's part of the bus (`bus.rs`).
     relay: Box<dyn RequestRelay>,
+    /// How the config file's last load or reload went (`status.rs`).
+    config_status: status::ConfigRecord,
+    /// The bearer token the admin status page requires (fixed at start, like the listener).
+    pub admin_token: Option<crate::config::AdminToken>,
 }
 
 /// The tenants of one config, by endpoint path and by name.
@@ -130,6 +135,10 @@ impl Gateway {
             pumps: Arc::default(),
             interactions: Default::default(),
             relay,
+            config_status: status::ConfigRecord::loaded(
+                config.source.as_ref().map(|p| p.display().to_string()),
+            ),
+            admin_token: config.admin_token.clone(),
         });
         let weak: Weak<Gateway> = Arc::downgrade(&gateway);
         let listener = bus.spawn_listener(move |msg| {

@@ -1,7 +1,7 @@
 //! The HTTP front: the axum router with the health endpoint, the RFC 9728 metadata of each
 //! protected tenant, and the tenant MCP endpoints behind the security front (`guard`, and
 //! `cors` for browsers): the Streamable HTTP endpoint and, below it, the 2024-11-05 HTTP+SSE
-//! paths (`legacy_sse`).
+//! paths (`legacy_sse`). The admin listener's routes too: metrics, probes, the status page.
 
 mod authority;
 mod batch;
@@ -14,6 +14,7 @@ pub mod legacy_sse;
 mod retry_relay;
 pub mod sse;
 pub mod stateless;
+mod status;
 
 use std::sync::Arc;
 
@@ -64,9 +65,12 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .layer(trace)
 }
 
-/// The admin listener's routes: Prometheus metrics and the probes (never MCP traffic).
+/// The admin listener's routes: Prometheus metrics, the probes, and the status page and its
+/// JSON (`status`, behind `admin_token` when set); never MCP traffic.
 pub fn admin_router(gateway: Arc<Gateway>) -> Router {
     Router::new()
+        .route("/admin/status", get(status::page))
+        .route("/admin/api/status", get(status::api))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readiness))

@@ -58,6 +58,22 @@ impl ToolPolicies {
         }
     }
 
+    /// The policies (indexes in `tool_policies`) that match `tool` of `upstream`: every one
+    /// the caller must satisfy to see it.
+    pub fn matching(&self, upstream: &str, tool: &str) -> Vec<usize> {
+        self.rules
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| matches(r, upstream, tool))
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// The policies, in config order.
+    pub fn rules(&self) -> &[ToolPolicy] {
+        &self.rules
+    }
+
     /// Whether any policy concerns tools of `upstream`.
     pub fn names_upstream(&self, upstream: &str) -> bool {
         self.rules.iter().any(|r| glob(&r.upstream, upstream))
@@ -162,6 +178,8 @@ mod tests {
         assert_eq!(policies.decide("admin", "reset", &admin), Decision::Allow);
         // Another upstream's tool of the same name is not concerned.
         assert_eq!(policies.decide("other", "write", &reader), Decision::Allow);
+        assert_eq!(policies.matching("files", "write_all"), vec![0, 2]);
+        assert_eq!(policies.matching("files", "read"), Vec::<usize>::new());
     }
 
     #[test]

@@ -8,6 +8,21 @@ use dashmap::DashMap;
 
 use super::{LegacyStreams, LiveSession, SessionId};
 
+/// Counts of what a tenant's clients hold on this replica ([`SessionDirectory::usage`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DirectoryUsage {
+    /// Live sessions.
+    pub sessions: usize,
+    /// Of which the client sent `notifications/initialized`.
+    pub initialized: usize,
+    /// GET (SSE) connections open.
+    pub get_streams: usize,
+    /// 2024-11-05 SSE streams open.
+    pub legacy_streams: usize,
+    /// Requests being answered (each a POST response or stream).
+    pub requests_in_flight: usize,
+}
+
 /// The live sessions of a tenant on this replica, and the 2024-11-05 streams held here.
 #[derive(Default)]
 pub struct SessionDirectory {
@@ -47,6 +62,22 @@ impl SessionDirectory {
     /// All sessions (a snapshot).
     pub fn all(&self) -> Vec<Arc<LiveSession>> {
         self.sessions.iter().map(|e| e.value().clone()).collect()
+    }
+
+    /// What the sessions hold open now (a walk over them: for the status page, not for
+    /// requests).
+    pub fn usage(&self) -> DirectoryUsage {
+        let mut usage = DirectoryUsage {
+            legacy_streams: self.legacy_streams.len(),
+            ..DirectoryUsage::default()
+        };
+        for s in self.sessions.iter() {
+            usage.sessions += 1;
+            usage.initialized += usize::from(s.is_initialized());
+            usage.get_streams += s.get_connections();
+            usage.requests_in_flight += s.in_flight.count() as usize;
+        }
+        usage
     }
 
     /// Sends a message to every session's GET stream (list changes of shared upstreams).

@@ -81,6 +81,11 @@ impl LiveSession {
         Some(GetSlot(open.clone()))
     }
 
+    /// How many GET connections the session has open now on this replica.
+    pub fn get_connections(&self) -> usize {
+        self.get_connections.load(Ordering::Acquire)
+    }
+
     /// How many GET connections the session may have open at once on this replica.
     pub fn max_get_streams(&self) -> usize {
         self.max_get_streams

@@ -16,7 +16,7 @@ pub use crate::store::{
     UpstreamSessionRecord,
 };
 pub use backend::SessionBackend;
-pub use directory::SessionDirectory;
+pub use directory::{DirectoryUsage, SessionDirectory};
 pub use in_flight::{InFlight, InFlightGuard};
 pub use legacy::LegacyStreams;
 pub use live::{GetSlot, LiveSession};

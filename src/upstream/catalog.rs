@@ -87,6 +87,22 @@ impl Catalog {
         self.pages.retain(|k, _| k.kind != kind);
     }
 
+    /// The upstream's own identifiers of every `kind` item in the cached pages, sorted and
+    /// without repeats (pages fetched for different client capabilities overlap); `None`
+    /// while no page of `kind` is cached. For the status page: what was last listed, however
+    /// old.
+    pub fn listed(&self, kind: ListKind) -> Option<Vec<Box<str>>> {
+        let mut ids: Vec<Box<str>> = Vec::new();
+        let mut any = false;
+        for entry in self.pages.iter().filter(|e| e.key().kind == kind) {
+            any = true;
+            ids.extend(entry.value().page.ids.iter().cloned());
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        any.then_some(ids)
+    }
+
     pub fn invalidate_all(&self) {
         for kind in ListKind::ALL {
             self.invalidate(kind);
@@ -119,5 +135,27 @@ mod tests {
         // A fetch that started before the invalidation must not repopulate the cache.
         c.insert(key(ListKind::Tools), Arc::new(Page::default()), g);
         assert!(c.get(&key(ListKind::Tools)).is_none());
+    }
+
+    #[test]
+    fn listed_ids_are_the_union_of_the_pages() {
+        let c = Catalog::default();
+        assert_eq!(c.listed(ListKind::Tools), None, "nothing listed yet");
+        let page = |ids: &[&str]| {
+            Arc::new(Page {
+                ids: ids.iter().map(|i| (*i).into()).collect(),
+                ..Page::default()
+            })
+        };
+        c.insert(key(ListKind::Tools), page(&["b", "a"]), 0);
+        let other = PageKey {
+            fingerprint: 7,
+            ..key(ListKind::Tools)
+        };
+        c.insert(other, page(&["a", "c"]), 0);
+        c.insert(key(ListKind::Prompts), page(&[]), 0);
+        let ids = c.listed(ListKind::Tools).unwrap_or_default();
+        assert_eq!(ids, ["a".into(), "b".into(), "c".into()] as [Box<str>; 3]);
+        assert_eq!(c.listed(ListKind::Prompts), Some(vec![]), "listed, and empty");
     }
 }

@@ -101,6 +101,20 @@ pub async fn connect(
     params: &InitParams,
     timeout: Duration,
 ) -> Result<UpstreamServer, GatewayError> {
+    let outcome = negotiate(conn, params, timeout).await;
+    match &outcome {
+        Ok(server) => conn.info.health.connected(server),
+        Err(e) => conn.info.health.failed(&e.to_string()),
+    }
+    outcome
+}
+
+/// [`connect`] without recording the outcome in the upstream's `Health`.
+async fn negotiate(
+    conn: &Arc<Connection>,
+    params: &InitParams,
+    timeout: Duration,
+) -> Result<UpstreamServer, GatewayError> {
     let era = &conn.info.era;
     if era.0.load(Ordering::Relaxed) != SESSION_BASED {
         match discover(conn, params, timeout.min(PROBE_TIMEOUT)).await? {

@@ -174,6 +174,14 @@ impl Connection {
         }
     }
 
+    /// Where a stdio connection's child stands (`None` for HTTP links).
+    pub fn link_state(&self) -> Option<LinkState> {
+        match &self.link {
+            Link::Stdio(l) => Some(l.state()),
+            Link::Http(_) | Link::Sse(_) => None,
+        }
+    }
+
     /// The child process id of a stdio connection (diagnostics and tests).
     pub fn pid(&self) -> Option<u32> {
         match &self.link {

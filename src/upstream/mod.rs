@@ -7,6 +7,7 @@ mod catalog;
 mod connection;
 mod credentials;
 mod handshake;
+mod health;
 mod http;
 mod http_client;
 mod inbound;
@@ -31,6 +32,7 @@ use bytes::Bytes;
 pub use catalog::{Catalog, Page, PageKey};
 pub use connection::{Connection, InternalReply};
 pub use handshake::{InitParams, UpstreamServer, error_message};
+pub use health::{Failure, Handshake, Health, HealthReport, State};
 pub use link::{Ending, Link};
 pub use owner::{Broadcast, ClientSession, Owner};
 pub use retry::Answer;
@@ -68,6 +70,8 @@ pub struct UpstreamInfo {
     pub catalog: Catalog,
     /// Whether it answered the `server/discover` probe (`handshake::connect`).
     pub era: handshake::Era,
+    /// The last handshake and the last failure of its connections (the status page).
+    pub health: Health,
 }
 
 /// The identity of one built `Upstream`: unique in the process, never reused.
@@ -154,6 +158,7 @@ impl Upstream {
             uri_prefix: naming.prefixed.then(|| format!("{}+", config.name).into()),
             catalog: Catalog::default(),
             era: handshake::Era::pinned(config.era),
+            health: Health::default(),
         });
         let kind = match &config.transport {
             UpstreamTransport::Stdio(s) if s.sharing == StdioSharing::Shared => {
@@ -340,6 +345,35 @@ impl Upstream {
                 }
                 Ok((conn, true))
             }
+        }
+    }
+
+    /// Where the upstream stands as far as this replica knows: a shared pool by its
+    /// processes, anything else by the outcome of its last connection attempt.
+    pub fn state(&self) -> State {
+        if self.retired.load(std::sync::atomic::Ordering::Acquire) {
+            return State::Stopped;
+        }
+        let pool = self.pool();
+        if pool.is_empty() {
+            let health = self.info.health.report();
+            return if health.failing() {
+                State::Down
+            } else if health.connected.is_some() {
+                State::Up
+            } else {
+                State::Idle
+            };
+        }
+        State::of_pool(pool.iter().map(|c| (c.link_state(), c.restarts())))
+    }
+
+    /// The transport, as the config names it: `stdio`, `http` or `sse`.
+    pub fn transport(&self) -> &'static str {
+        match &self.kind {
+            UpstreamKind::Stdio { .. } => "stdio",
+            UpstreamKind::Http { .. } => "http",
+            UpstreamKind::Sse { .. } => "sse",
         }
     }
 

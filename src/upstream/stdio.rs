@@ -203,6 +203,7 @@ async fn supervise(conn: Weak<Connection>, init_timeout: Duration, max_line: usi
             };
         let Some(c) = conn.upgrade() else { break };
         let l = link(&c);
+        c.info.health.failed(&reason);
         c.fail_all(&GatewayError::UpstreamClosed {
             upstream: name.to_string(),
             reason: reason.clone(),

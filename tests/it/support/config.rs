@@ -115,6 +115,7 @@ pub fn config(tenants: Vec<TenantConfig>) -> Config {
         source: None,
         listen: "127.0.0.1:0".parse().expect("static address"),
         admin_listen: None,
+        admin_token: None,
         tls: None,
         limits: Limits {
             max_body_bytes: 256 * 1024,
