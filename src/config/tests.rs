@@ -467,6 +467,38 @@ fn redis_store_and_stdio_pools() {
 }
 
 #[test]
+fn the_admin_token_is_checked_and_never_shown() {
+    let config = ok(&format!(
+        "admin_listen: 127.0.0.1:9090\nadmin_token: s3cret-token-0123456789\n{MINIMAL}"
+    ));
+    let token = config.admin_token.clone().unwrap();
+    assert!(token.matches(b"s3cret-token-0123456789"));
+    assert!(!token.matches(b"s3cret-token-012345678"));
+    assert!(!token.matches(b""));
+    assert!(!format!("{config:?}").contains("s3cret"), "Debug hides it");
+    assert_eq!(
+        errors(&format!(
+            "admin_listen: 127.0.0.1:9090\nadmin_token: short-secret\n{MINIMAL}"
+        )),
+        vec!["test.yaml:2:14: admin_token: `admin_token` must be at least 16 characters long"]
+    );
+    assert_eq!(
+        errors(&format!(
+            "admin_listen: 127.0.0.1:9090\nadmin_token: \"with a space 0123456\"\n{MINIMAL}"
+        )),
+        vec![
+            "test.yaml:2:14: admin_token: `admin_token` must consist of visible ASCII characters (no spaces)"
+        ]
+    );
+    assert_eq!(
+        errors(&format!("admin_token: s3cret-token-0123456789\n{MINIMAL}")),
+        vec![
+            "test.yaml:1:14: admin_token: `admin_token` protects the admin listener's status page: set `admin_listen` too"
+        ]
+    );
+}
+
+#[test]
 fn admin_listener_is_optional_and_checked() {
     assert_eq!(ok(MINIMAL).admin_listen, None);
     let config = ok(&format!("admin_listen: \"0.0.0.0:9090\"\n{MINIMAL}"));

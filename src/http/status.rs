@@ -102,7 +102,10 @@ fn private(mut resp: Response<Body>, content_type: &'static str) -> Response<Bod
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     resp
 }
 
@@ -160,7 +163,11 @@ fn render_config(h: &mut String, status: &Status) {
         h,
         "<h2>Config</h2><p id=\"config\">file <code>{}</code>: last {} <span class=\"state {class}\">{word}</span> {} ({}); the running config dates from {}.</p>",
         esc(c.file.as_deref().unwrap_or("(in memory)")),
-        if c.outcome == ConfigOutcome::Loaded { "load" } else { "reload" },
+        if c.outcome == ConfigOutcome::Loaded {
+            "load"
+        } else {
+            "reload"
+        },
         utc(c.at_ms),
         ago(status.now_ms, c.at_ms),
         utc(c.running_since_ms),
@@ -188,7 +195,11 @@ fn render_tenant(h: &mut String, t: &TenantStatus, now_ms: u64) {
          {} 2024-11-05 stream{} · {} request{} in flight</span></p>",
         esc(&t.name),
         esc(&t.endpoint),
-        if t.auth { "OAuth bearer tokens" } else { "no client auth" },
+        if t.auth {
+            "OAuth bearer tokens"
+        } else {
+            "no client auth"
+        },
         t.failure_policy,
         s.sessions,
         plural(s.sessions),
@@ -259,7 +270,9 @@ fn render_tenant(h: &mut String, t: &TenantStatus, now_ms: u64) {
         .flat_map(|u| u.tool_names.iter().map(move |tool| (u, tool)))
         .collect();
     if tools.is_empty() {
-        h.push_str("<p class=\"meta\">No tools listed yet (lists are fetched when a client asks).</p>");
+        h.push_str(
+            "<p class=\"meta\">No tools listed yet (lists are fetched when a client asks).</p>",
+        );
     } else {
         h.push_str(
             "<h3>Tools</h3><table class=\"tools\"><tr><th>Public name</th><th>Upstream</th>\

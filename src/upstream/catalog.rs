@@ -156,6 +156,10 @@ mod tests {
         c.insert(key(ListKind::Prompts), page(&[]), 0);
         let ids = c.listed(ListKind::Tools).unwrap_or_default();
         assert_eq!(ids, ["a".into(), "b".into(), "c".into()] as [Box<str>; 3]);
-        assert_eq!(c.listed(ListKind::Prompts), Some(vec![]), "listed, and empty");
+        assert_eq!(
+            c.listed(ListKind::Prompts),
+            Some(vec![]),
+            "listed, and empty"
+        );
     }
 }

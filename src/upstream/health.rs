@@ -169,10 +169,17 @@ mod tests {
         let down = || LinkState::Down {
             reason: "exited".into(),
         };
-        let pool = |p: Vec<(LinkState, u64)>| State::of_pool(p.into_iter().map(|(s, r)| (Some(s), r)));
-        assert_eq!(pool(vec![(LinkState::Ready, 0), (LinkState::Ready, 3)]), State::Up);
+        let pool =
+            |p: Vec<(LinkState, u64)>| State::of_pool(p.into_iter().map(|(s, r)| (Some(s), r)));
+        assert_eq!(
+            pool(vec![(LinkState::Ready, 0), (LinkState::Ready, 3)]),
+            State::Up
+        );
         assert_eq!(pool(vec![(LinkState::Ready, 0), (down(), 1)]), State::Down);
-        assert_eq!(pool(vec![(LinkState::Starting, 2), (LinkState::Ready, 0)]), State::Restarting);
+        assert_eq!(
+            pool(vec![(LinkState::Starting, 2), (LinkState::Ready, 0)]),
+            State::Restarting
+        );
         assert_eq!(pool(vec![(LinkState::Starting, 0)]), State::Starting);
         assert_eq!(pool(vec![(LinkState::Closed, 0)]), State::Stopped);
     }

@@ -38,6 +38,7 @@ mod sdk_clients;
 mod session_store;
 mod stateless;
 mod stateless_upstream;
+mod status;
 mod telemetry;
 mod three_upstreams;
 mod tls;

@@ -166,47 +166,95 @@ impl Drop for PageServer {
     }
 }
 
+/// Chromium's flags for a quiet headless run that reaches 127.0.0.1 only.
+const FLAGS: &[&str] = &[
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--disable-sync",
+    "--disable-breakpad",
+    "--disable-domain-reliability",
+    "--disable-client-side-phishing-detection",
+    "--no-pings",
+    "--no-proxy-server",
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+    "--mute-audio",
+    "--password-store=basic",
+];
+
+/// The document of `url` as Chromium has it once the page loaded (`--dump-dom`: the parsed
+/// and serialized DOM, after any script ran), from a fresh headless Chromium.
+pub async fn dump_dom(url: &str) -> String {
+    let profile = TempDir::new("chromium-dom");
+    let run = Command::new(chromium())
+        .args(FLAGS)
+        .arg(format!(
+            "--user-data-dir={}",
+            profile.path("profile").display()
+        ))
+        .arg("--dump-dom")
+        .arg(url)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("chromium --dump-dom within 60 s")
+        .expect("chromium runs");
+    assert!(
+        out.status.success(),
+        "chromium --dump-dom {url}: {:?}",
+        out.status
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A headless Chromium showing one page, with a profile of its own; its process group is
 /// killed on drop.
 pub struct Browser {
     child: Child,
     profile: TempDir,
+    /// The DevTools HTTP port, when opened with one ([`Browser::open_with_devtools`]).
+    devtools: Option<u16>,
 }
 
 impl Browser {
     /// Opens `url` in a new headless Chromium (no sandbox: the test container has no user
     /// namespaces), its log (console messages included) kept in its profile directory.
     pub fn open(url: &str) -> Browser {
+        Browser::launch(url, None)
+    }
+
+    /// As [`Browser::open`], with the DevTools HTTP endpoint on 127.0.0.1:`port`, so the test
+    /// can read what the open page shows now ([`Browser::page_title`]).
+    pub fn open_with_devtools(url: &str, port: u16) -> Browser {
+        Browser::launch(url, Some(port))
+    }
+
+    fn launch(url: &str, devtools: Option<u16>) -> Browser {
         let profile = TempDir::new("chromium");
         let log = std::fs::File::create(profile.path("chromium.log")).expect("chromium log");
-        let child = Command::new(chromium())
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--no-first-run",
-                "--no-default-browser-check",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-default-apps",
-                "--disable-extensions",
-                "--disable-sync",
-                "--disable-breakpad",
-                "--disable-domain-reliability",
-                "--disable-client-side-phishing-detection",
-                "--no-pings",
-                "--no-proxy-server",
-                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-                "--mute-audio",
-                "--password-store=basic",
-                "--enable-logging=stderr",
-                "--v=0",
-            ])
+        let mut command = Command::new(chromium());
+        command
+            .args(FLAGS)
+            .args(["--enable-logging=stderr", "--v=0"])
             .arg(format!(
                 "--user-data-dir={}",
                 profile.path("profile").display()
-            ))
+            ));
+        if let Some(port) = devtools {
+            command.arg(format!("--remote-debugging-port={port}"));
+        }
+        let child = command
             .arg(url)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -216,7 +264,31 @@ impl Browser {
             .kill_on_drop(true)
             .spawn()
             .expect("chromium starts");
-        Browser { child, profile }
+        Browser {
+            child,
+            profile,
+            devtools,
+        }
+    }
+
+    /// The title of the open page whose URL starts with `url_prefix`, as the browser shows it
+    /// now (from the DevTools target list); `None` while there is none (or no DevTools).
+    pub async fn page_title(&self, url_prefix: &str) -> Option<String> {
+        let port = self.devtools?;
+        switchyard::app::install_crypto_provider();
+        let text = reqwest::get(format!("http://127.0.0.1:{port}/json/list"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        let list: Value = serde_json::from_str(&text).ok()?;
+        list.as_array()?
+            .iter()
+            .find(|t| {
+                t["type"] == "page" && t["url"].as_str().is_some_and(|u| u.starts_with(url_prefix))
+            })
+            .and_then(|t| t["title"].as_str().map(str::to_owned))
     }
 
     /// The page's console so far (its messages, and the browser's about it: a request CORS
