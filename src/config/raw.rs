@@ -22,6 +22,9 @@ pub type Field<T> = Option<Sp<T>>;
 pub struct RawConfig {
     pub listen: Field<String>,
     pub admin_listen: Field<String>,
+    /// Bearer token the admin listener's status page and its JSON require
+    /// (`/admin/status`, `/admin/api/status`): at least 16 visible ASCII characters, best
+    /// given as `${VAR}`. Metrics and probes stay open.
     pub admin_token: Field<String>,
     pub tls: Field<RawTls>,
     pub limits: Field<RawLimits>,
