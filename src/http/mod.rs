@@ -235,6 +235,69 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_status_page_needs_the_admin_token_when_one_is_set() {
+        let config = crate::config::parse(
+            "admin_listen: 127.0.0.1:9090\nadmin_token: admin-token-0123456789\ntenants:\n  - name: a\n    upstreams:\n      - {name: u, http: {url: \"http://127.0.0.1:9/mcp\"}}\n",
+            "test.yaml",
+            &|_| None,
+        )
+        .unwrap();
+        crate::crypto::install_crypto_provider();
+        let gateway = Gateway::open(&config, Box::new(Relay)).await.unwrap();
+        let call = |path: &'static str, auth: &'static [&'static str]| {
+            let mut req = Request::builder().uri(path);
+            for a in auth {
+                req = req.header("authorization", *a);
+            }
+            admin_router(gateway.clone()).oneshot(req.body(Body::empty()).unwrap())
+        };
+        for path in ["/admin/status", "/admin/api/status"] {
+            let resp = call(path, &[]).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{path}");
+            assert_eq!(
+                resp.headers()["www-authenticate"],
+                "Bearer realm=\"switchyard-admin\""
+            );
+            let resp = call(path, &["Bearer admin-token-012345678"]).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{path}");
+            let resp = call(path, &["Basic admin-token-0123456789"]).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{path}");
+            let two = &[
+                "Bearer admin-token-0123456789",
+                "Bearer admin-token-0123456789",
+            ];
+            let resp = call(path, two).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{path}");
+            let resp = call(path, &["bearer admin-token-0123456789"])
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), StatusCode::OK, "{path}");
+            assert_eq!(resp.headers()["cache-control"], "no-store");
+        }
+        let resp = call("/admin/status", &["Bearer admin-token-0123456789"])
+            .await
+            .unwrap();
+        assert_eq!(resp.headers()["content-type"], "text/html; charset=utf-8");
+        assert!(
+            resp.headers()["content-security-policy"]
+                .to_str()
+                .unwrap()
+                .starts_with("default-src 'none'")
+        );
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let html = String::from_utf8_lossy(&body);
+        assert!(
+            html.contains("<tr id=\"upstream-a-u\">")
+                && html.contains("<span class=\"state idle\">idle</span>"),
+            "an HTTP upstream nobody used yet is idle: {html}"
+        );
+        // The metrics and probes stay open.
+        assert_eq!(call("/readyz", &[]).await.unwrap().status(), StatusCode::OK);
+    }
+
+    #[tokio::test]
     async fn health_unknown_paths_and_methods_without_a_socket() {
         assert_eq!(
             call("GET", "/healthz").await,
