@@ -89,6 +89,7 @@ pub(crate) fn list_result(stateless: bool) -> Vec<u8> {
     ]);
     if stateless && let Some(list) = tools.as_array_mut() {
         list.extend(super::fixture_mrtr::tools());
+        list.extend(super::tasks::tools());
     }
     encode(&json!({ "tools": tools }))
 }

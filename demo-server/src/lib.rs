@@ -21,6 +21,7 @@ mod modern;
 mod peer;
 mod server;
 mod stdio;
+mod tasks;
 mod tools;
 mod wire;
 

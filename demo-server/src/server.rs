@@ -21,6 +21,7 @@ use super::modern::{self, Modern};
 use super::peer::{LOG_LEVELS, PEER_TIMEOUT, Peer};
 use super::tools::{self, ToolRun, ToolSet, Transport};
 use super::wire::{self, INVALID_PARAMS, METHOD_NOT_FOUND, Message};
+use super::tasks::{self, Served, Tasks};
 use super::{catalog, fixture, fixture_mrtr, fixture_tools};
 use crate::{CursorKey, ParamHeaders};
 
@@ -49,8 +50,10 @@ pub(crate) struct Server {
     trace: Option<Mutex<File>>,
     /// For `server/discover`: the server's name, capabilities and instructions.
     name: String,
-    capabilities: &'static [u8],
+    capabilities: Cow<'static, [u8]>,
     instructions: &'static str,
+    /// The fixture's tasks (the tasks extension, stateless requests).
+    tasks: Arc<Tasks>,
     /// Signs the `requestState` of the fixture's multi round-trip tools.
     state_key: CursorKey,
     /// Speaking the stateless revision too.
@@ -131,8 +134,14 @@ impl Server {
             templates_list,
             trace,
             name: name.to_owned(),
-            capabilities,
+            // The fixture offers the tasks extension to stateless requests (`server/discover`).
+            capabilities: if opts.conformance && opts.stateless {
+                tasks::with_extension(capabilities).into()
+            } else {
+                capabilities.into()
+            },
             instructions,
+            tasks: Arc::default(),
             state_key: CursorKey::random(),
             stateless: opts.stateless,
         };
@@ -362,7 +371,7 @@ impl Session {
             let reply = modern::discover(
                 id,
                 &SUPPORTED_VERSIONS,
-                s.capabilities,
+                &s.capabilities,
                 &s.name,
                 s.instructions,
             );
@@ -390,6 +399,14 @@ impl Session {
                 fixture_mrtr::request(&self.server.state_key, &stateless, id, method, params)
         {
             return Outcome::Reply(modern::complete(reply, method));
+        }
+        if self.server.fixture
+            && let Some(served) = self.server.tasks.request(&stateless, id, method, params)
+        {
+            return match served {
+                Served::Reply(reply) => Outcome::Reply(modern::complete(reply, method)),
+                Served::Sleep(ms) => self.defer(id, None, Job::Sleep { ms, steps: 0 }),
+            };
         }
         match self.request_in_session(id, method, params) {
             Outcome::Reply(reply) if method == "resources/read" => {
