@@ -19,9 +19,9 @@ use super::DemoOptions;
 use super::inflight::{Deferred, IdKey, InFlight, Job, id_key};
 use super::modern::{self, Modern};
 use super::peer::{LOG_LEVELS, PEER_TIMEOUT, Peer};
+use super::tasks::{self, Served, Tasks};
 use super::tools::{self, ToolRun, ToolSet, Transport};
 use super::wire::{self, INVALID_PARAMS, METHOD_NOT_FOUND, Message};
-use super::tasks::{self, Served, Tasks};
 use super::{catalog, fixture, fixture_mrtr, fixture_tools};
 use crate::{CursorKey, ParamHeaders};
 

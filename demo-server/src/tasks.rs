@@ -116,10 +116,7 @@ impl Status {
     }
 
     fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            Status::Completed | Status::Failed | Status::Cancelled
-        )
+        matches!(self, Status::Completed | Status::Failed | Status::Cancelled)
     }
 }
 
@@ -290,7 +287,10 @@ impl Tasks {
         params: &Map<String, Value>,
     ) -> Option<Served> {
         let name = params.get("name")?.as_str()?;
-        let args = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
+        let args = params
+            .get("arguments")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
         let arg = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
         let tasks = declared(modern);
         let reply = match name {
@@ -313,7 +313,10 @@ impl Tasks {
                     self.start(id, name, Duration::from_millis(ms), Ok(done))
                 }
             }
-            "failing_job" | "protocol_error_job" | "confirm_delete" | "multi_input"
+            "failing_job"
+            | "protocol_error_job"
+            | "confirm_delete"
+            | "multi_input"
             | "test_tool_with_task"
                 if !tasks =>
             {

@@ -180,13 +180,9 @@ async fn request(
         .await
 }
 
-/// The name or URI a request targets (`Mcp-Name`), for the methods that have one.
+/// The name, URI or task a request targets (`Mcp-Name`), for the methods that have one.
 fn target_name(method: &str, params: Option<&RawObject<'_>>) -> Option<String> {
-    let field = match method {
-        "tools/call" | "prompts/get" => "name",
-        "resources/read" => "uri",
-        _ => return None,
-    };
+    let field = modern::name_field(method)?;
     params?.get_str(field).map(|s| s.into_owned())
 }
 
@@ -225,10 +221,7 @@ fn check_headers(
             req.method
         )));
     }
-    if !matches!(
-        &*req.method,
-        "tools/call" | "prompts/get" | "resources/read"
-    ) {
+    if modern::name_field(&req.method).is_none() {
         return Ok(());
     }
     let header = single(headers, mcp::NAME)?

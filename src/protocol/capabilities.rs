@@ -6,7 +6,8 @@ use serde_json::{Map, Value};
 /// Capabilities the gateway can honour when several upstreams stand behind one endpoint.
 /// Each is present when at least one upstream offers it; boolean sub-capabilities are OR-ed.
 /// Capabilities the gateway cannot route yet (e.g. `tasks`) are left out; `experimental`
-/// entries are merged key by key (first upstream wins on a clash).
+/// entries are merged key by key (first upstream wins on a clash); of `extensions`, the tasks
+/// extension (routed by task id, `protocol::tasks`).
 pub fn merge<'a>(upstreams: impl IntoIterator<Item = &'a Value>) -> Value {
     let mut out = Map::new();
     for caps in upstreams {
@@ -25,6 +26,7 @@ pub fn merge<'a>(upstreams: impl IntoIterator<Item = &'a Value>) -> Value {
                 }
             }
         }
+        super::tasks::merge_extension(caps, &mut out);
         if let Some(Value::Object(exp)) = caps.get("experimental") {
             let entry = out
                 .entry("experimental")

@@ -7,6 +7,7 @@ mod initialize;
 pub mod mrtr;
 mod names;
 pub mod stateless;
+pub mod tasks;
 
 use std::sync::Arc;
 
@@ -73,6 +74,9 @@ pub async fn handle_request(
         Method::ServerDiscover => Err(GatewayError::MethodNotFound(
             "server/discover is not available in a session negotiated with initialize".into(),
         )),
+        _ if crate::protocol::tasks::is_task_method(&req.method) => {
+            tasks::route(tenant, session, req).await
+        }
         _ if tenant.is_transparent() => {
             let upstream = &tenant.upstreams[0];
             pass_through(session, upstream, req).await
@@ -477,7 +481,7 @@ async fn route_by_name(
         let slot = gates
             .admit(&tenant.for_limits(), principal, upstream, call)
             .await?;
-        return forward(
+        let reply = forward(
             session,
             upstream,
             &req.method,
@@ -486,7 +490,8 @@ async fn route_by_name(
             Some(shape),
             slot,
         )
-        .await;
+        .await?;
+        return Ok(published(reply, kind, tenant, session, upstream));
     }
     let mut params = params_object(req)?;
     let what = if kind == ListKind::Tools {
@@ -530,7 +535,7 @@ async fn route_by_name(
         .await?;
     params.set("name", jsonrpc::raw_string(&own));
     let params = params.to_raw();
-    forward(
+    let reply = forward(
         session,
         upstream,
         &req.method,
@@ -539,7 +544,22 @@ async fn route_by_name(
         Some(shape),
         slot,
     )
-    .await
+    .await?;
+    Ok(published(reply, kind, tenant, session, upstream))
+}
+
+/// A tool call's answer with the id of a task it created made public (`tasks`).
+fn published(
+    reply: Reply,
+    kind: ListKind,
+    tenant: &Arc<Tenant>,
+    session: &LiveSession,
+    upstream: &Upstream,
+) -> Reply {
+    match kind {
+        ListKind::Tools => tasks::publish(reply, tenant, session, upstream),
+        _ => reply,
+    }
 }
 
 /// `resources/read|subscribe|unsubscribe`: the namespaced `uri` selects the upstream. A read

@@ -32,6 +32,9 @@ pub struct ForwardStream {
     inner: Option<Inner>,
 }
 
+/// An edit of the final response: the new bytes, or `None` to leave it as it is.
+pub type FinalEdit = Box<dyn FnOnce(&[u8]) -> Option<Bytes> + Send + Sync>;
+
 struct Inner {
     rx: super::sink::EventSource,
     conn: Arc<Connection>,
@@ -51,6 +54,8 @@ struct Inner {
     span: tracing::Span,
     /// Whether dropping the stream before its end cancels the upstream request.
     cancel_on_drop: bool,
+    /// Rewrites the final response on its way to the client (a task id made public).
+    on_final: Option<FinalEdit>,
     /// What the request holds while it runs (a gated upstream's slot, `limits.concurrency`):
     /// given back when the request ends, however it ends (dropped with the rest).
     /// Boxed twice: a thin pointer keeps every `ForwardStream` (and `router::Reply`) small,
@@ -86,6 +91,7 @@ impl ForwardStream {
                 audit_tool: None,
                 span,
                 cancel_on_drop: false,
+                on_final: None,
                 _held: None,
             }),
         }
@@ -116,6 +122,15 @@ impl ForwardStream {
         self
     }
 
+    /// Passes the final response through `edit` (the router's: task ids of the upstream made
+    /// the client's) before it is returned.
+    pub fn on_final(mut self, edit: FinalEdit) -> ForwardStream {
+        if let Some(inner) = self.inner.as_mut() {
+            inner.on_final = Some(edit);
+        }
+        self
+    }
+
     /// Marks the request as waiting for its client's answers (parked) or not.
     pub fn set_waiting(&self, waiting: bool) {
         if let Some(inner) = self.inner.as_ref() {
@@ -126,10 +141,15 @@ impl ForwardStream {
     /// The next item; `None` once the final item has been returned.
     pub async fn next(&mut self) -> Option<StreamItem> {
         let inner = self.inner.as_mut()?;
-        let item = inner.next().await;
+        let mut item = inner.next().await;
         if !matches!(item, StreamItem::Message(..))
-            && let Some(inner) = self.inner.take()
+            && let Some(mut inner) = self.inner.take()
         {
+            if let (StreamItem::Final(body), Some(edit)) = (&item, inner.on_final.take())
+                && let Some(edited) = edit(body)
+            {
+                item = StreamItem::Final(edited);
+            }
             inner.finish();
         }
         Some(item)

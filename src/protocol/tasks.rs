@@ -1,0 +1,125 @@
+//! Tasks without IO: the 2026-07-28 tasks extension (SEP-2663, `io.modelcontextprotocol/tasks`)
+//! — its methods, whether a client declared it, how upstreams' offers merge — and the one
+//! edit the gateway makes to task messages: the `taskId` at the top of a result
+//! (`CreateTaskResult`, `DetailedTask`) or in the params of a task method, every other byte
+//! copied as it is.
+
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::jsonrpc::{self, Message, Outcome, RawObject};
+
+/// The extension's identifier, under `capabilities.extensions`.
+pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// The methods addressing one task by its `taskId`.
+pub fn is_task_method(method: &str) -> bool {
+    matches!(method, "tasks/get" | "tasks/update" | "tasks/cancel")
+}
+
+/// Whether `capabilities` (a client's) declare the extension.
+pub fn declares_extension(capabilities: &Value) -> bool {
+    capabilities
+        .get("extensions")
+        .and_then(|e| e.get(EXTENSION))
+        .is_some_and(|v| !v.is_null())
+}
+
+/// Whether a request's own `_meta` client capabilities (2026-07-28) declare the extension:
+/// `None` when the request carries none (a session's client: its session says).
+pub fn request_declares(params: Option<&RawValue>) -> Option<bool> {
+    let params = RawObject::parse(params?).ok()?;
+    let meta = RawObject::parse(params.get("_meta")?).ok()?;
+    let caps = meta.get(super::modern::meta::CLIENT_CAPABILITIES)?;
+    let caps: Value = serde_json::from_str(caps.get()).ok()?;
+    Some(declares_extension(&caps))
+}
+
+/// Adds the extension to merged capabilities `out` when upstream capabilities `caps` offer it.
+pub fn merge_extension(caps: &Map<String, Value>, out: &mut Map<String, Value>) {
+    let Some(offer) = caps.get("extensions").and_then(|e| e.get(EXTENSION)) else {
+        return;
+    };
+    let entry = out
+        .entry("extensions")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(extensions) = entry {
+        extensions.entry(EXTENSION).or_insert_with(|| offer.clone());
+    }
+}
+
+/// The `taskId` of a task method's params.
+pub fn task_id_of(params: Option<&RawValue>) -> Option<String> {
+    RawObject::parse(params?)
+        .ok()?
+        .get_str("taskId")
+        .map(|t| t.into_owned())
+}
+
+/// A response whose result carries a `taskId` at its top (a task was created, or a task
+/// read), with that id replaced by `rename(id)`; `None` when there is none to replace (the
+/// response then goes as it is).
+pub fn rename_result_task_id(
+    response: &[u8],
+    rename: impl FnOnce(&str) -> String,
+) -> Option<Vec<u8>> {
+    if !std::str::from_utf8(response).is_ok_and(|t| jsonrpc::may_hold(t, "taskId")) {
+        return None;
+    }
+    let Ok(Message::Response(r)) = jsonrpc::parse(response) else {
+        return None;
+    };
+    let Outcome::Result(result) = r.outcome else {
+        return None;
+    };
+    let mut obj = RawObject::parse(result).ok()?;
+    let id = obj.get_str("taskId")?;
+    let renamed = rename(&id);
+    obj.set("taskId", jsonrpc::raw_string(&renamed));
+    Some(jsonrpc::response_with_id(
+        r.id,
+        Outcome::Result(&obj.to_raw()),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_result_task_id_is_renamed_and_nothing_else() {
+        let body = br#"{"jsonrpc":"2.0","id":7,"result":{"resultType":"task","taskId":"t1","status":"working","result":{"taskId":"inner"}}}"#;
+        let out = rename_result_task_id(body, |id| format!("pub-{id}")).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["result"]["taskId"], "pub-t1");
+        assert_eq!(v["result"]["result"]["taskId"], "inner");
+        assert_eq!(v["id"], 7);
+        let plain = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}}"#;
+        assert!(rename_result_task_id(plain, |_| unreachable!()).is_none());
+        let error = br#"{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"taskId"}}"#;
+        assert!(rename_result_task_id(error, |_| unreachable!()).is_none());
+    }
+
+    #[test]
+    fn declarations_are_read_from_capabilities_and_meta() {
+        assert!(declares_extension(&json!({"extensions": {EXTENSION: {}}})));
+        assert!(!declares_extension(&json!({"extensions": {}})));
+        let p = RawValue::from_string(
+            json!({"_meta": {"io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}}}})
+                .to_string(),
+        )
+        .unwrap();
+        assert_eq!(request_declares(Some(&p)), Some(true));
+        let p = RawValue::from_string(json!({"taskId": "x"}).to_string()).unwrap();
+        assert_eq!(request_declares(Some(&p)), None);
+        let mut out = Map::new();
+        let caps = json!({"extensions": {EXTENSION: {"x": 1}, "other": {}}});
+        merge_extension(caps.as_object().unwrap(), &mut out);
+        assert_eq!(
+            Value::Object(out),
+            json!({"extensions": {EXTENSION: {"x": 1}}})
+        );
+    }
+}

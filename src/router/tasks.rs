@@ -1,0 +1,177 @@
+//! Tasks through the gateway (the 2026-07-28 tasks extension, SEP-2663, `protocol::tasks`):
+//! an upstream's task id reaches the client as a public id — an opaque token naming the
+//! upstream and its own task id, authenticated with the tenant's key over the tenant, the
+//! user and both — and a task method (`tasks/get|update|cancel`) goes back to the upstream
+//! that owns the task by that token alone: no per-task state, so any replica routes it.
+//! Another user's (or tenant's) id is as unknown as a made-up one (`-32602`). A client that
+//! did not declare the extension (in the request's `_meta`, or its session's capabilities)
+//! gets `-32021` for the task methods.
+
+use std::sync::Arc;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use bytes::Bytes;
+
+use super::{Reply, forward};
+use crate::error::GatewayError;
+use crate::jsonrpc::{self, Request};
+use crate::protocol::tasks::{self, EXTENSION};
+use crate::session::LiveSession;
+use crate::signing::CursorKey;
+use crate::tenant::Tenant;
+use crate::upstream::{FinalEdit, Upstream};
+
+/// The public id of `upstream`'s task `task`, for `user` of `tenant`.
+pub fn public_id(tenant: &Tenant, user: &str, upstream: &str, task: &str) -> String {
+    seal(&tenant.cursor_key, &tenant.name, user, upstream, task)
+}
+
+/// The upstream and its own task id a public id names, when it was issued to `user` of
+/// `tenant` (else `None`: unknown, altered, or someone else's).
+pub fn open(tenant: &Tenant, user: &str, public: &str) -> Option<(String, String)> {
+    unseal(&tenant.cursor_key, &tenant.name, user, public)
+}
+
+fn seal(key: &CursorKey, tenant: &str, user: &str, upstream: &str, task: &str) -> String {
+    let payload = serde_json::to_vec(&(upstream, task)).unwrap_or_default();
+    let tag = tag(key, tenant, user, &payload);
+    let mut out = URL_SAFE_NO_PAD.encode(&payload);
+    out.push('.');
+    out.push_str(&tag);
+    out
+}
+
+fn unseal(key: &CursorKey, tenant: &str, user: &str, public: &str) -> Option<(String, String)> {
+    let (payload, given) = public.split_once('.')?;
+    let payload = URL_SAFE_NO_PAD.decode(payload).ok()?;
+    let expected = tag(key, tenant, user, &payload);
+    // Compared without an early exit: the time taken says nothing about the tag.
+    let same = expected.len() == given.len()
+        && expected
+            .bytes()
+            .zip(given.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0;
+    if !same {
+        return None;
+    }
+    serde_json::from_slice(&payload).ok()
+}
+
+/// The tag binding a payload to tenant and user (the key is the tenant's already; the name
+/// is in it too, so a key shared by mistake still separates tenants).
+fn tag(key: &CursorKey, tenant: &str, user: &str, payload: &[u8]) -> String {
+    key.derive(&[b"task", tenant.as_bytes(), user.as_bytes(), payload])
+}
+
+/// Whether the session's connection to `upstream` offers the tasks extension (only then can
+/// its tool results be tasks).
+fn offers_tasks(session: &LiveSession, upstream: &Upstream) -> bool {
+    session
+        .link(upstream.info.id)
+        .and_then(|c| c.server())
+        .is_some_and(|s| {
+            s.capabilities
+                .get("extensions")
+                .and_then(|e| e.get(EXTENSION))
+                .is_some()
+        })
+}
+
+/// A forwarded `tools/call` whose answer may be a `CreateTaskResult`: the task id it carries
+/// is made public on the way back.
+pub(super) fn publish(
+    reply: Reply,
+    tenant: &Arc<Tenant>,
+    session: &LiveSession,
+    upstream: &Upstream,
+) -> Reply {
+    let Reply::Stream(stream) = reply else {
+        return reply;
+    };
+    if !offers_tasks(session, upstream) {
+        return Reply::Stream(stream);
+    }
+    let tenant = tenant.clone();
+    let user = session.key.user.clone();
+    let upstream = upstream.name().to_owned();
+    let edit: FinalEdit = Box::new(move |body| {
+        tasks::rename_result_task_id(body, |own| public_id(&tenant, &user, &upstream, own))
+            .map(Bytes::from)
+    });
+    Reply::Stream(stream.on_final(edit))
+}
+
+/// `tasks/get`, `tasks/update`, `tasks/cancel`: gated on the extension, then routed by the
+/// public task id to the upstream that owns the task, with its own id; the answer names the
+/// task by the public id again.
+pub(super) async fn route(
+    tenant: &Arc<Tenant>,
+    session: &Arc<LiveSession>,
+    req: &Request<'_>,
+) -> Result<Reply, GatewayError> {
+    let declared = tasks::request_declares(req.params)
+        .unwrap_or_else(|| tasks::declares_extension(&session.client_capabilities));
+    if !declared {
+        return Err(GatewayError::MissingClientExtension(EXTENSION));
+    }
+    let public = tasks::task_id_of(req.params)
+        .ok_or_else(|| GatewayError::InvalidParams("`taskId` (a string) is required".into()))?;
+    let not_found = || GatewayError::TaskNotFound(public.chars().take(200).collect());
+    let (upstream_name, own) = open(tenant, &session.key.user, &public).ok_or_else(not_found)?;
+    let upstream = tenant
+        .upstreams
+        .iter()
+        .find(|u| u.name() == upstream_name)
+        .ok_or_else(not_found)?;
+    let mut params = super::params_object(req)?;
+    params.set("taskId", jsonrpc::raw_string(&own));
+    let params = params.to_raw();
+    let reply = forward(
+        session,
+        upstream,
+        &req.method,
+        Some(&params),
+        req.id,
+        None,
+        None,
+    )
+    .await?;
+    Ok(match reply {
+        Reply::Stream(stream) => {
+            let edit: FinalEdit = Box::new(move |body| {
+                tasks::rename_result_task_id(body, |_| public).map(Bytes::from)
+            });
+            Reply::Stream(stream.on_final(edit))
+        }
+        json => json,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_public_id_opens_only_for_its_user_and_tenant() {
+        let key = CursorKey::random();
+        let id = seal(&key, "a", "alice", "up", "task-1");
+        assert_eq!(
+            unseal(&key, "a", "alice", &id),
+            Some(("up".to_owned(), "task-1".to_owned()))
+        );
+        assert_eq!(unseal(&key, "a", "bob", &id), None, "another user");
+        assert_eq!(unseal(&key, "b", "alice", &id), None, "another tenant");
+        assert_eq!(
+            unseal(&CursorKey::random(), "a", "alice", &id),
+            None,
+            "another key"
+        );
+        let mut forged = id.clone();
+        forged.insert(0, 'x');
+        assert_eq!(unseal(&key, "a", "alice", &forged), None);
+        assert_eq!(unseal(&key, "a", "alice", "task-1"), None);
+    }
+}
