@@ -34,6 +34,7 @@ mod sdk_clients;
 mod session_store;
 mod stateless;
 mod stateless_upstream;
+mod tasks;
 mod telemetry;
 mod three_upstreams;
 mod tls;
