@@ -14,7 +14,10 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
+use tokio::sync::mpsc;
+
 use super::modern::Modern;
+use super::peer::{Capability, Peer};
 use super::wire::{self, INVALID_PARAMS};
 
 /// The extension's identifier (`capabilities.extensions`, `_meta` client capabilities).
@@ -31,8 +34,9 @@ const MAX_SECONDS: u64 = 600;
 /// How long the jobs that fail take (`failing_job`, `protocol_error_job`).
 const FAIL_AFTER: Duration = Duration::from_millis(300);
 
-/// The tools the extension's scenarios call, with their `execution.taskSupport`.
-pub(crate) fn tools() -> Vec<Value> {
+/// The tools the extension's scenarios call, with their `execution.taskSupport`; the
+/// session-based fixture (not `stateless`) lists those it can run as ordinary calls.
+pub(crate) fn tools(stateless: bool) -> Vec<Value> {
     let no_args = json!({"type": "object", "properties": {}});
     let tool = |name: &str, description: &str, support: &str, schema: Value| {
         let mut t = json!({"name": name, "description": description, "inputSchema": schema});
@@ -86,6 +90,113 @@ pub(crate) fn tools() -> Vec<Value> {
             no_args,
         ),
     ]
+    .into_iter()
+    // A multi round-trip tool: stateless only.
+    .filter(|t| stateless || t["name"] != "test_tool_with_task")
+    .collect()
+}
+
+/// A task tool run the session-based way, as an ordinary call: it sleeps, fails, or asks the
+/// client (elicitation) before it answers.
+#[derive(Debug)]
+pub(crate) enum SessionJob {
+    Compute { ms: u64, label: String },
+    ToolError,
+    ProtocolError,
+    Confirm { file: String },
+    TwoQuestions,
+}
+
+impl SessionJob {
+    /// The job of task tool `name` (`Err`: the immediate answer; `None`: not a task tool).
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn of(name: &str, args: &str) -> Option<Result<SessionJob, Box<dyn FnOnce(&RawValue) -> Bytes>>> {
+        let args: Value = serde_json::from_str(args).unwrap_or_else(|_| json!({}));
+        let arg = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+        Some(Ok(match name {
+            "greet" => {
+                let text = format!("Hello, {}!", arg("name"));
+                return Some(Err(Box::new(move |id| wire::tool_text(id, &text, false))));
+            }
+            "slow_compute" => {
+                let seconds = args
+                    .get("seconds")
+                    .and_then(Value::as_f64)
+                    .unwrap_or(0.0)
+                    .clamp(0.0, MAX_SECONDS as f64);
+                SessionJob::Compute {
+                    ms: (seconds * 1000.0) as u64,
+                    label: arg("label"),
+                }
+            }
+            "failing_job" => SessionJob::ToolError,
+            "protocol_error_job" => SessionJob::ProtocolError,
+            "confirm_delete" => SessionJob::Confirm {
+                file: arg("filename"),
+            },
+            "multi_input" => SessionJob::TwoQuestions,
+            _ => return None,
+        }))
+    }
+
+    pub(crate) fn needs(&self) -> Option<Capability> {
+        match self {
+            SessionJob::Confirm { .. } | SessionJob::TwoQuestions => Some(Capability::Elicitation),
+            _ => None,
+        }
+    }
+
+    pub(crate) async fn run(
+        &self,
+        peer: &Peer,
+        id: &RawValue,
+        out: Option<&mpsc::Sender<Bytes>>,
+    ) -> Bytes {
+        let ask = |message: &str, properties: Value| {
+            let params = json!({"mode": "form", "message": message,
+                "requestedSchema": {"type": "object", "properties": properties}});
+            serde_json::to_vec(&params).unwrap_or_default()
+        };
+        match self {
+            SessionJob::Compute { ms, label } => {
+                tokio::time::sleep(Duration::from_millis(*ms)).await;
+                wire::tool_text(id, &format!("computed {label} in {ms}ms"), false)
+            }
+            SessionJob::ToolError => {
+                tokio::time::sleep(FAIL_AFTER).await;
+                wire::tool_text(id, "failing_job: the job failed", true)
+            }
+            SessionJob::ProtocolError => {
+                tokio::time::sleep(FAIL_AFTER).await;
+                error(id, INTERNAL_ERROR, "protocol_error_job: internal error", None)
+            }
+            SessionJob::Confirm { file } => {
+                let q = ask(&format!("Delete {file}?"), json!({"confirm": {"type": "boolean"}}));
+                match peer.ask(out, "elicitation/create", &q).await {
+                    Ok(a) if a.get().contains("\"accept\"") => {
+                        wire::tool_text(id, &format!("deleted {file}"), false)
+                    }
+                    Ok(_) => wire::tool_text(id, &format!("kept {file}"), false),
+                    Err(e) => wire::tool_text(id, &e.to_string(), true),
+                }
+            }
+            SessionJob::TwoQuestions => {
+                let (q1, q2) = (
+                    ask("What is your name?", json!({"name": {"type": "string"}})),
+                    ask("Go ahead?", json!({"confirm": {"type": "boolean"}})),
+                );
+                let (a, b) = futures_util::future::join(
+                    peer.ask(out, "elicitation/create", &q1),
+                    peer.ask(out, "elicitation/create", &q2),
+                )
+                .await;
+                match (a, b) {
+                    (Ok(_), Ok(_)) => wire::tool_text(id, "received 2 answers", false),
+                    (Err(e), _) | (_, Err(e)) => wire::tool_text(id, &e.to_string(), true),
+                }
+            }
+        }
+    }
 }
 
 /// `capabilities` (a JSON object) with the extension added under `extensions`.
