@@ -33,8 +33,13 @@ pub(crate) enum FixtureJob {
     Logging,
     Progress,
     Reconnection,
-    Sampling { prompt: String },
-    Elicit { form: Form, message: String },
+    Sampling {
+        prompt: String,
+    },
+    Elicit {
+        form: Form,
+        message: String,
+    },
     /// A task-supporting tool run the session-based way (`tasks::SessionJob`).
     Task(super::tasks::SessionJob),
 }

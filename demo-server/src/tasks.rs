@@ -110,7 +110,10 @@ pub(crate) enum SessionJob {
 impl SessionJob {
     /// The job of task tool `name` (`Err`: the immediate answer; `None`: not a task tool).
     #[allow(clippy::type_complexity)]
-    pub(crate) fn of(name: &str, args: &str) -> Option<Result<SessionJob, Box<dyn FnOnce(&RawValue) -> Bytes>>> {
+    pub(crate) fn of(
+        name: &str,
+        args: &str,
+    ) -> Option<Result<SessionJob, Box<dyn FnOnce(&RawValue) -> Bytes>>> {
         let args: Value = serde_json::from_str(args).unwrap_or_else(|_| json!({}));
         let arg = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
         Some(Ok(match name {
@@ -168,10 +171,18 @@ impl SessionJob {
             }
             SessionJob::ProtocolError => {
                 tokio::time::sleep(FAIL_AFTER).await;
-                error(id, INTERNAL_ERROR, "protocol_error_job: internal error", None)
+                error(
+                    id,
+                    INTERNAL_ERROR,
+                    "protocol_error_job: internal error",
+                    None,
+                )
             }
             SessionJob::Confirm { file } => {
-                let q = ask(&format!("Delete {file}?"), json!({"confirm": {"type": "boolean"}}));
+                let q = ask(
+                    &format!("Delete {file}?"),
+                    json!({"confirm": {"type": "boolean"}}),
+                );
                 match peer.ask(out, "elicitation/create", &q).await {
                     Ok(a) if a.get().contains("\"accept\"") => {
                         wire::tool_text(id, &format!("deleted {file}"), false)

@@ -68,6 +68,11 @@ impl Keys {
         format!("{}:v1:sess:{}", self.prefix, Self::tag(key))
     }
 
+    /// A gateway-run task's record (JSON), expiring with the task's ttl.
+    pub fn task(&self, key: &SessionKey) -> String {
+        format!("{}:v1:task:{}", self.prefix, Self::tag(key))
+    }
+
     /// `<tenant>\n<user>` owning a session id: only consulted to log a presented id that
     /// belongs to someone else (never to find a session).
     pub fn owner(&self, id: &SessionId) -> String {

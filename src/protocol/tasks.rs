@@ -48,6 +48,18 @@ pub fn merge_extension(caps: &Map<String, Value>, out: &mut Map<String, Value>) 
     }
 }
 
+/// Adds the extension to capabilities `out` (the gateway offers it itself), unless there.
+pub fn offer_extension(out: &mut Map<String, Value>) {
+    let entry = out
+        .entry("extensions")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(extensions) = entry {
+        extensions
+            .entry(EXTENSION)
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
+}
+
 /// The `taskId` of a task method's params.
 pub fn task_id_of(params: Option<&RawValue>) -> Option<String> {
     RawObject::parse(params?)

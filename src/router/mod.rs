@@ -7,6 +7,7 @@ mod initialize;
 pub mod mrtr;
 mod names;
 pub mod stateless;
+mod task_run;
 pub mod tasks;
 
 use std::sync::Arc;
@@ -75,7 +76,7 @@ pub async fn handle_request(
             "server/discover is not available in a session negotiated with initialize".into(),
         )),
         _ if crate::protocol::tasks::is_task_method(&req.method) => {
-            tasks::route(tenant, session, req).await
+            tasks::route(gateway, tenant, session, req).await
         }
         _ if tenant.is_transparent() => {
             let upstream = &tenant.upstreams[0];
@@ -478,6 +479,8 @@ async fn route_by_name(
             ListKind::Tools => Call::ToolIn(req.params),
             _ => Call::Other,
         };
+        let as_task = kind == ListKind::Tools
+            && tasks::gateway_runs(session, upstream, None, req.params).await?;
         let slot = gates
             .admit(&tenant.for_limits(), principal, upstream, call)
             .await?;
@@ -491,7 +494,10 @@ async fn route_by_name(
             slot,
         )
         .await?;
-        return Ok(published(reply, kind, tenant, session, upstream));
+        return tool_answer(
+            gateway, tenant, session, upstream, req.id, kind, as_task, reply,
+        )
+        .await;
     }
     let mut params = params_object(req)?;
     let what = if kind == ListKind::Tools {
@@ -525,6 +531,8 @@ async fn route_by_name(
             .check_call(&tenant.for_limits(), principal, upstream.name(), &own)
             .await?;
     }
+    let as_task = kind == ListKind::Tools
+        && tasks::gateway_runs(session, upstream, Some(&own), req.params).await?;
     // Last: a slot is held only by a call that is sent.
     let call = match kind {
         ListKind::Tools => Call::Tool(&own),
@@ -545,20 +553,31 @@ async fn route_by_name(
         slot,
     )
     .await?;
-    Ok(published(reply, kind, tenant, session, upstream))
+    tool_answer(
+        gateway, tenant, session, upstream, req.id, kind, as_task, reply,
+    )
+    .await
 }
 
-/// A tool call's answer with the id of a task it created made public (`tasks`).
-fn published(
-    reply: Reply,
-    kind: ListKind,
+/// A tool call's answer: run as a task by the gateway (`task_run`), or with the id of a task
+/// the upstream created made public (`tasks`).
+#[allow(clippy::too_many_arguments)]
+async fn tool_answer(
+    gateway: &Gateway,
     tenant: &Arc<Tenant>,
-    session: &LiveSession,
+    session: &Arc<LiveSession>,
     upstream: &Upstream,
-) -> Reply {
-    match kind {
-        ListKind::Tools => tasks::publish(reply, tenant, session, upstream),
-        _ => reply,
+    client_id: &RawValue,
+    kind: ListKind,
+    as_task: bool,
+    reply: Reply,
+) -> Result<Reply, GatewayError> {
+    match (kind, reply) {
+        (ListKind::Tools, Reply::Stream(s)) if as_task => {
+            task_run::start(gateway, tenant, session, s, client_id).await
+        }
+        (ListKind::Tools, reply) => Ok(tasks::publish(reply, tenant, session, upstream)),
+        (_, reply) => Ok(reply),
     }
 }
 

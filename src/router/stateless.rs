@@ -114,7 +114,11 @@ pub fn discover(tenant: &Tenant, session: &LiveSession, id: &RawValue) -> Bytes 
         "supportedVersions".into(),
         json!(ProtocolVersion::served_list()),
     );
-    let (caps, instructions) = offered_to(tenant, session);
+    let (mut caps, instructions) = offered_to(tenant, session);
+    // The gateway runs tasks for upstreams without them (`task_run`): it offers the extension.
+    if let Some(c) = caps.as_object_mut() {
+        crate::protocol::tasks::offer_extension(c);
+    }
     result.insert("capabilities".into(), caps);
     let mut meta = Map::new();
     meta.insert(modern::meta::SERVER_INFO.into(), server_info(tenant));

@@ -14,7 +14,10 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
 
 use super::{Reply, forward};
+use serde_json::value::RawValue;
+
 use crate::error::GatewayError;
+use crate::gateway::Gateway;
 use crate::jsonrpc::{self, Request};
 use crate::protocol::tasks::{self, EXTENSION};
 use crate::session::LiveSession;
@@ -79,6 +82,44 @@ fn offers_tasks(session: &LiveSession, upstream: &Upstream) -> bool {
         })
 }
 
+/// Whether the gateway runs a `tools/call` of `upstream`'s tool `name` as a task itself: the
+/// client declared the extension (in the request's `_meta`, or its session's capabilities),
+/// the upstream does not offer it, and the tool lists `execution.taskSupport` `optional` or
+/// `required`. A stateless client that did not declare it, calling a `required` tool, gets
+/// `-32021`; a session-based one is not asked (its revision has no such rule).
+pub(super) async fn gateway_runs(
+    session: &Arc<LiveSession>,
+    upstream: &Arc<Upstream>,
+    name: Option<&str>,
+    params: Option<&RawValue>,
+) -> Result<bool, GatewayError> {
+    let declared = match tasks::request_declares(params) {
+        Some(d) => d,
+        None if tasks::declares_extension(&session.client_capabilities) => true,
+        None => return Ok(false),
+    };
+    super::ensure_link(session, upstream).await?;
+    if offers_tasks(session, upstream) {
+        return Ok(false);
+    }
+    let name = match name {
+        Some(n) => n.to_owned(),
+        None => match params
+            .and_then(|p| jsonrpc::RawObject::parse(p).ok())
+            .and_then(|p| p.get_str("name").map(|n| n.into_owned()))
+        {
+            Some(n) => n,
+            None => return Ok(false),
+        },
+    };
+    let support = Box::pin(super::catalog::task_support(session, upstream, &name)).await;
+    match (support.as_deref(), declared) {
+        (Some("required"), false) => Err(GatewayError::MissingClientExtension(EXTENSION)),
+        (Some("optional" | "required"), true) => Ok(true),
+        _ => Ok(false),
+    }
+}
+
 /// A forwarded `tools/call` whose answer may be a `CreateTaskResult`: the task id it carries
 /// is made public on the way back.
 pub(super) fn publish(
@@ -107,6 +148,7 @@ pub(super) fn publish(
 /// public task id to the upstream that owns the task, with its own id; the answer names the
 /// task by the public id again.
 pub(super) async fn route(
+    gateway: &Gateway,
     tenant: &Arc<Tenant>,
     session: &Arc<LiveSession>,
     req: &Request<'_>,
@@ -120,6 +162,19 @@ pub(super) async fn route(
         .ok_or_else(|| GatewayError::InvalidParams("`taskId` (a string) is required".into()))?;
     let not_found = || GatewayError::TaskNotFound(public.chars().take(200).collect());
     let (upstream_name, own) = open(tenant, &session.key.user, &public).ok_or_else(not_found)?;
+    if upstream_name.is_empty() {
+        // A task the gateway runs (the upstream has no tasks).
+        return super::task_run::serve(
+            gateway,
+            session,
+            &req.method,
+            req.params,
+            req.id,
+            &own,
+            &public,
+        )
+        .await;
+    }
     let upstream = tenant
         .upstreams
         .iter()

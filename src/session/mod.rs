@@ -10,10 +10,11 @@ mod legacy;
 mod live;
 pub mod memory;
 mod processes;
+mod tasks;
 
 pub use crate::store::{
     ClientTransport, HashedId, SessionId, SessionKey, SessionRecord, SessionStore, StoreError,
-    UpstreamSessionRecord,
+    TaskRecord, TaskStatus, UpstreamSessionRecord,
 };
 pub use backend::SessionBackend;
 pub use directory::SessionDirectory;
@@ -21,3 +22,4 @@ pub use in_flight::{InFlight, InFlightGuard};
 pub use legacy::LegacyStreams;
 pub use live::{GetSlot, LiveSession};
 pub use processes::{ProcessCap, ProcessPermit, ProcessSource, Processes, Refusal};
+pub use tasks::MemoryTasks;

@@ -35,6 +35,16 @@ pub struct ForwardStream {
 /// An edit of the final response: the new bytes, or `None` to leave it as it is.
 pub type FinalEdit = Box<dyn FnOnce(&[u8]) -> Option<Bytes> + Send + Sync>;
 
+/// What a request holds while it runs and how its answer is edited: behind one thin pointer
+/// (`Inner::_held`), as only some requests have either.
+#[derive(Default)]
+struct Riders {
+    /// A gated upstream's slot (`ForwardStream::holding`).
+    held: Option<Box<dyn Send + Sync>>,
+    /// Rewrites the final response on its way to the client (`ForwardStream::on_final`).
+    on_final: Option<FinalEdit>,
+}
+
 struct Inner {
     rx: super::sink::EventSource,
     conn: Arc<Connection>,
@@ -54,13 +64,11 @@ struct Inner {
     span: tracing::Span,
     /// Whether dropping the stream before its end cancels the upstream request.
     cancel_on_drop: bool,
-    /// Rewrites the final response on its way to the client (a task id made public).
-    on_final: Option<FinalEdit>,
     /// What the request holds while it runs (a gated upstream's slot, `limits.concurrency`):
-    /// given back when the request ends, however it ends (dropped with the rest).
-    /// Boxed twice: a thin pointer keeps every `ForwardStream` (and `router::Reply`) small,
-    /// and only gated calls hold something.
-    _held: Option<Box<Box<dyn Send + Sync>>>,
+    /// given back when the request ends, however it ends (dropped with the rest); and the
+    /// edit of its answer (a task id made public). A thin pointer keeps every
+    /// `ForwardStream` (and `router::Reply`) small, and only some requests have either.
+    _held: Option<Box<Riders>>,
 }
 
 impl ForwardStream {
@@ -91,7 +99,6 @@ impl ForwardStream {
                 audit_tool: None,
                 span,
                 cancel_on_drop: false,
-                on_final: None,
                 _held: None,
             }),
         }
@@ -108,7 +115,8 @@ impl ForwardStream {
     /// Holds `held` (a gated upstream's slot, `limits.concurrency`) until the request ends.
     pub fn holding(mut self, held: Option<impl Send + Sync + 'static>) -> ForwardStream {
         if let Some(inner) = self.inner.as_mut() {
-            inner._held = held.map(|h| Box::new(Box::new(h) as Box<dyn Send + Sync>));
+            inner._held.get_or_insert_with(Box::default).held =
+                held.map(|h| Box::new(h) as Box<dyn Send + Sync>);
         }
         self
     }
@@ -126,7 +134,7 @@ impl ForwardStream {
     /// the client's) before it is returned.
     pub fn on_final(mut self, edit: FinalEdit) -> ForwardStream {
         if let Some(inner) = self.inner.as_mut() {
-            inner.on_final = Some(edit);
+            inner._held.get_or_insert_with(Box::default).on_final = Some(edit);
         }
         self
     }
@@ -145,7 +153,8 @@ impl ForwardStream {
         if !matches!(item, StreamItem::Message(..))
             && let Some(mut inner) = self.inner.take()
         {
-            if let (StreamItem::Final(body), Some(edit)) = (&item, inner.on_final.take())
+            let edit = inner._held.as_mut().and_then(|r| r.on_final.take());
+            if let (StreamItem::Final(body), Some(edit)) = (&item, edit)
                 && let Some(edited) = edit(body)
             {
                 item = StreamItem::Final(edited);

@@ -1,0 +1,393 @@
+//! Gateway-run tasks: the tasks extension in front of an upstream that does not implement it.
+//! A `tools/call` from a client that declared the extension, for a tool the upstream lists
+//! with `execution.taskSupport` `optional` or `required`, is sent as the ordinary call; the
+//! client gets a `CreateTaskResult` at once, and a background task on this replica reads the
+//! call to its end and keeps the task's record (`store::TaskRecord`) in the session store's
+//! backend — status, the questions the upstream asks meanwhile (`input_required`), the final
+//! result or error — until the ttl passes. `tasks/get` reads the record on any replica;
+//! `tasks/update` answers the questions and `tasks/cancel` drops the call (cancelling it
+//! upstream) through the replica running it — a cancel received elsewhere is written to the
+//! record, which the runner checks every second.
+
+use std::sync::{Arc, LazyLock, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use dashmap::DashMap;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{Reply, mrtr};
+use crate::error::GatewayError;
+use crate::gateway::Gateway;
+use crate::gateway::parked::Question;
+use crate::jsonrpc::{self, Message, Outcome};
+use crate::session::{LiveSession, SessionId, SessionKey, TaskRecord, TaskStatus};
+use crate::tenant::Tenant;
+use crate::upstream::{ForwardStream, StreamItem};
+
+/// How long a gateway-run task stays readable after it was created.
+pub const TASK_TTL: Duration = Duration::from_secs(600);
+/// How often clients are asked to poll.
+const POLL_INTERVAL_MS: u64 = 500;
+/// How often a runner looks for a cancel written by another replica.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+/// How long a task method waits for the runner to act on it.
+const COMMAND_WAIT: Duration = Duration::from_secs(5);
+
+/// What a task method asks of the runner.
+enum Command {
+    /// `tasks/update`'s `inputResponses` (raw JSON).
+    Update(String, oneshot::Sender<()>),
+    Cancel(oneshot::Sender<()>),
+}
+
+/// The tasks running on this replica, by task id (a `SessionId`: random, 192 bits).
+static RUNNING: LazyLock<DashMap<String, mpsc::Sender<Command>>> = LazyLock::new(DashMap::new);
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
+}
+
+/// Milliseconds since the epoch as an ISO-8601 UTC timestamp.
+fn iso(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+/// The store key of task `id` of the session's user.
+fn key_of(session: &LiveSession, id: &str) -> Option<SessionKey> {
+    Some(SessionKey {
+        tenant: session.key.tenant.clone(),
+        user: session.key.user.clone(),
+        id: SessionId::from_presented(id)?,
+    })
+}
+
+/// The fields every task carries, under its public id.
+fn envelope(public: &str, r: &TaskRecord) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("taskId".into(), public.into());
+    m.insert("status".into(), r.status.as_str().into());
+    m.insert("createdAt".into(), iso(r.created_ms).into());
+    m.insert("lastUpdatedAt".into(), iso(r.updated_ms).into());
+    m.insert("ttlMs".into(), r.ttl_ms.into());
+    m.insert("pollIntervalMs".into(), POLL_INTERVAL_MS.into());
+    m
+}
+
+fn respond(client_id: &RawValue, body: Map<String, Value>) -> Reply {
+    let body = serde_json::to_vec(&Value::Object(body)).unwrap_or_default();
+    Reply::Json(jsonrpc::result_response(client_id, &body))
+}
+
+fn ack(client_id: &RawValue) -> Reply {
+    Reply::Json(jsonrpc::result_response(
+        client_id,
+        br#"{"resultType":"complete"}"#,
+    ))
+}
+
+/// Runs the forwarded call `stream` as a task of the session's user: its record stored
+/// first (a `tasks/get` right after the answer finds it), then the `CreateTaskResult`.
+pub(super) async fn start(
+    gateway: &Gateway,
+    tenant: &Arc<Tenant>,
+    session: &Arc<LiveSession>,
+    stream: ForwardStream,
+    client_id: &RawValue,
+) -> Result<Reply, GatewayError> {
+    let id = SessionId::generate();
+    let key = key_of(session, id.as_str()).ok_or(GatewayError::Internal)?;
+    let now = now_ms();
+    let record = TaskRecord {
+        status: TaskStatus::Working,
+        created_ms: now,
+        updated_ms: now,
+        ttl_ms: TASK_TTL.as_millis() as u64,
+        outcome: None,
+        input_requests: None,
+        replica: gateway.bus.replica.to_string(),
+    };
+    gateway
+        .store
+        .put_task(&key, &record, TASK_TTL)
+        .await
+        .map_err(|_| GatewayError::StoreUnavailable)?;
+    let public = super::tasks::public_id(tenant, &session.key.user, "", id.as_str());
+    let (tx, rx) = mpsc::channel(8);
+    RUNNING.insert(id.as_str().to_owned(), tx);
+    let mut body = envelope(&public, &record);
+    body.insert("resultType".into(), "task".into());
+    let runner = Runner {
+        gateway: gateway.weak(),
+        key,
+        record,
+        session: session.clone(),
+        questions: Vec::new(),
+    };
+    // Dropping the call (cancel) cancels it upstream.
+    tokio::spawn(runner.run(stream.cancel_on_drop(), rx));
+    Ok(respond(client_id, body))
+}
+
+/// Reads one gateway-run task's call to its end.
+struct Runner {
+    gateway: Weak<Gateway>,
+    key: SessionKey,
+    record: TaskRecord,
+    session: Arc<LiveSession>,
+    /// The upstream's questions not answered yet.
+    questions: Vec<Question>,
+}
+
+impl Runner {
+    async fn run(mut self, mut stream: ForwardStream, mut rx: mpsc::Receiver<Command>) {
+        let mut watch = tokio::time::interval(WATCH_EVERY);
+        watch.tick().await;
+        loop {
+            tokio::select! {
+                item = stream.next() => match item {
+                    Some(StreamItem::Message(m, _)) => {
+                        // Notifications have no one to go to; questions wait for tasks/update.
+                        if let Some(q) = mrtr::question(&m) {
+                            self.questions.push(q);
+                            self.save_questions().await;
+                        }
+                    }
+                    Some(StreamItem::Final(body)) => {
+                        self.settle(&body).await;
+                        break;
+                    }
+                    Some(StreamItem::Cancelled) | None => {
+                        self.record.status = TaskStatus::Cancelled;
+                        self.save().await;
+                        break;
+                    }
+                },
+                command = rx.recv() => match command {
+                    Some(Command::Update(responses, done)) => {
+                        let responses = RawValue::from_string(responses).ok();
+                        let questions = std::mem::take(&mut self.questions);
+                        self.questions =
+                            mrtr::answer(&self.session, questions, responses.as_deref()).await;
+                        self.save_questions().await;
+                        let _ = done.send(());
+                    }
+                    Some(Command::Cancel(done)) => {
+                        self.record.status = TaskStatus::Cancelled;
+                        self.save().await;
+                        let _ = done.send(());
+                        break;
+                    }
+                    None => break,
+                },
+                _ = watch.tick() => {
+                    if self.stored_status().await == Some(TaskStatus::Cancelled) {
+                        break;
+                    }
+                }
+            }
+        }
+        RUNNING.remove(self.key.id.as_str());
+    }
+
+    /// The call's answer: a result completes the task (a tool error too: `isError` is in
+    /// it), a JSON-RPC error fails it. A cancel written meanwhile by another replica stands.
+    async fn settle(&mut self, body: &[u8]) {
+        if self.stored_status().await == Some(TaskStatus::Cancelled) {
+            return;
+        }
+        let (status, outcome) = match jsonrpc::parse(body) {
+            Ok(Message::Response(r)) => match r.outcome {
+                Outcome::Result(res) => (TaskStatus::Completed, res.get().to_owned()),
+                Outcome::Error(e) => (TaskStatus::Failed, e.get().to_owned()),
+            },
+            _ => (
+                TaskStatus::Failed,
+                r#"{"code":-32603,"message":"the upstream's answer was unreadable"}"#.into(),
+            ),
+        };
+        self.record.status = status;
+        self.record.outcome = Some(outcome);
+        self.record.input_requests = None;
+        self.save().await;
+    }
+
+    async fn save_questions(&mut self) {
+        if self.questions.is_empty() {
+            self.record.status = TaskStatus::Working;
+            self.record.input_requests = None;
+        } else {
+            let map: Map<String, Value> = self
+                .questions
+                .iter()
+                .map(|q| (q.key.clone(), q.request.clone()))
+                .collect();
+            self.record.status = TaskStatus::InputRequired;
+            self.record.input_requests = Some(Value::Object(map).to_string());
+        }
+        self.save().await;
+    }
+
+    async fn stored_status(&self) -> Option<TaskStatus> {
+        let gateway = self.gateway.upgrade()?;
+        let stored = gateway.store.get_task(&self.key).await.ok()??;
+        Some(stored.status)
+    }
+
+    async fn save(&mut self) {
+        let Some(gateway) = self.gateway.upgrade() else {
+            return;
+        };
+        self.record.updated_ms = now_ms();
+        let until = self.record.created_ms + self.record.ttl_ms;
+        let left = Duration::from_millis(until.saturating_sub(self.record.updated_ms).max(1));
+        if let Err(e) = gateway.store.put_task(&self.key, &self.record, left).await {
+            tracing::warn!(error = %e, "a gateway-run task's record was not stored");
+        }
+    }
+}
+
+/// The record of the user's task `id`, or "not found".
+async fn load(
+    gateway: &Gateway,
+    session: &LiveSession,
+    id: &str,
+    public: &str,
+) -> Result<(SessionKey, TaskRecord), GatewayError> {
+    let not_found = || GatewayError::TaskNotFound(public.chars().take(200).collect());
+    let key = key_of(session, id).ok_or_else(not_found)?;
+    let record = gateway
+        .store
+        .get_task(&key)
+        .await
+        .map_err(|_| GatewayError::StoreUnavailable)?
+        .ok_or_else(not_found)?;
+    Ok((key, record))
+}
+
+/// Sends `command` to the runner of task `id`, if it runs here; waits for it to act.
+async fn tell(id: &str, command: impl FnOnce(oneshot::Sender<()>) -> Command) -> bool {
+    let Some(tx) = RUNNING.get(id).map(|t| t.clone()) else {
+        return false;
+    };
+    let (done, acted) = oneshot::channel();
+    if tx.send(command(done)).await.is_err() {
+        return false;
+    }
+    tokio::time::timeout(COMMAND_WAIT, acted).await.is_ok()
+}
+
+/// `tasks/get|update|cancel` of a gateway-run task `id`, named `public` by the client.
+pub(super) async fn serve(
+    gateway: &Gateway,
+    session: &LiveSession,
+    method: &str,
+    params: Option<&RawValue>,
+    client_id: &RawValue,
+    id: &str,
+    public: &str,
+) -> Result<Reply, GatewayError> {
+    let (key, record) = load(gateway, session, id, public).await?;
+    match method {
+        "tasks/get" => {
+            let mut body = envelope(public, &record);
+            body.insert("resultType".into(), "complete".into());
+            let raw = |s: &Option<String>| {
+                s.as_deref()
+                    .and_then(|s| serde_json::from_str::<Value>(s).ok())
+            };
+            match record.status {
+                TaskStatus::Completed => {
+                    if let Some(r) = raw(&record.outcome) {
+                        body.insert("result".into(), r);
+                    }
+                }
+                TaskStatus::Failed => {
+                    if let Some(e) = raw(&record.outcome) {
+                        body.insert("error".into(), e);
+                    }
+                }
+                TaskStatus::InputRequired => {
+                    if let Some(q) = raw(&record.input_requests) {
+                        body.insert("inputRequests".into(), q);
+                    }
+                }
+                TaskStatus::Working | TaskStatus::Cancelled => {}
+            }
+            Ok(respond(client_id, body))
+        }
+        "tasks/update" => {
+            let responses =
+                jsonrpc::RawObject::parse(params.ok_or_else(|| {
+                    GatewayError::InvalidParams("tasks/update needs params".into())
+                })?)
+                .ok()
+                .and_then(|p| p.get("inputResponses").map(|r| r.get().to_owned()))
+                .filter(|r| r.starts_with('{'))
+                .ok_or_else(|| {
+                    GatewayError::InvalidParams("`inputResponses` must be an object".into())
+                })?;
+            if record.status == TaskStatus::InputRequired
+                && !tell(id, |done| Command::Update(responses, done)).await
+            {
+                return Err(GatewayError::InvalidParams(
+                    "this task's questions are held by another replica of the gateway, which \
+                     could not be reached: send tasks/update again"
+                        .into(),
+                ));
+            }
+            Ok(ack(client_id))
+        }
+        _ => {
+            if !record.status.is_terminal() && !tell(id, Command::Cancel).await {
+                // Running elsewhere (or its runner is gone): the record says so, and the
+                // replica running it drops the call within a second.
+                let mut cancelled = record.clone();
+                cancelled.status = TaskStatus::Cancelled;
+                cancelled.updated_ms = now_ms();
+                let until = cancelled.created_ms + cancelled.ttl_ms;
+                let left = Duration::from_millis(until.saturating_sub(cancelled.updated_ms).max(1));
+                gateway
+                    .store
+                    .put_task(&key, &cancelled, left)
+                    .await
+                    .map_err(|_| GatewayError::StoreUnavailable)?;
+            }
+            Ok(ack(client_id))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_iso_8601() {
+        assert_eq!(iso(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso(1_709_251_199_123), "2024-02-29T23:59:59.123Z");
+    }
+}

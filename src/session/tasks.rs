@@ -1,0 +1,66 @@
+//! Gateway-run tasks' records in the session store's backend (`store::TaskRecord`): a map
+//! with lazy expiry in memory, `SET EX`/`GET` in Redis (`cluster::RedisSessionStore`), so a
+//! task's status and result outlive its client's connection and any replica reads them.
+
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+
+use super::SessionBackend;
+use crate::store::{SessionKey, StoreError, TaskRecord};
+
+/// Sweep the memory map when it grows past this many records.
+const SWEEP_AT: usize = 4096;
+
+/// The memory store's task records.
+#[derive(Default)]
+pub struct MemoryTasks {
+    records: DashMap<SessionKey, (TaskRecord, Instant)>,
+}
+
+impl MemoryTasks {
+    fn put(&self, key: &SessionKey, record: &TaskRecord, ttl: Duration) {
+        if self.records.len() >= SWEEP_AT {
+            let now = Instant::now();
+            self.records.retain(|_, (_, until)| *until > now);
+        }
+        self.records
+            .insert(key.clone(), (record.clone(), Instant::now() + ttl));
+    }
+
+    fn get(&self, key: &SessionKey) -> Option<TaskRecord> {
+        let entry = self.records.get(key)?;
+        if entry.1 <= Instant::now() {
+            drop(entry);
+            self.records.remove(key);
+            return None;
+        }
+        Some(entry.0.clone())
+    }
+}
+
+impl SessionBackend {
+    /// Stores a task's record for `ttl` (replacing what was there).
+    pub async fn put_task(
+        &self,
+        key: &SessionKey,
+        record: &TaskRecord,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        match self {
+            SessionBackend::Memory(s) => {
+                s.tasks.put(key, record, ttl);
+                Ok(())
+            }
+            SessionBackend::Redis(s) => s.put_task(key, record, ttl).await,
+        }
+    }
+
+    /// A task's record, if it exists and has not expired.
+    pub async fn get_task(&self, key: &SessionKey) -> Result<Option<TaskRecord>, StoreError> {
+        match self {
+            SessionBackend::Memory(s) => Ok(s.tasks.get(key)),
+            SessionBackend::Redis(s) => s.get_task(key).await,
+        }
+    }
+}
