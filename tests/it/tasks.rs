@@ -1,19 +1,22 @@
-//! Tasks through the gateway (the 2026-07-28 tasks extension, SEP-2663): two fixture
+//! Tasks through the gateway (the 2026-07-28 tasks extension, SEP-2663). Two fixture
 //! upstreams that implement it over HTTP, stateless clients of two users with their own
-//! tokens. A created task's id reaches the client as the gateway's public id; task methods
-//! find the owning upstream by it; another user's id is "not found"; a client that did not
-//! declare the extension gets -32021.
+//! tokens: a created task's id reaches the client as the gateway's public id, task methods
+//! find the owning upstream by it, another user's id is "not found", a client that did not
+//! declare the extension gets -32021. An upstream without tasks behind two replicas sharing
+//! a real Redis: the gateway runs the tasks, and either replica serves them.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::cluster::{clustered, replicas};
 use crate::support::client::{ACCEPT_BOTH, RawClient};
 use crate::support::config::{config, http, tenant, upstream};
 use crate::support::gateway::TestGateway;
 use crate::support::jws::{TestKey, claims, jwks};
 use crate::support::key_server::KeyServer;
 use crate::support::peers::{HttpPeer, free_port};
+use crate::support::redis::RedisServer;
 use switchyard::config::{AuthConfig, JwtAlgorithm};
 
 const V: &str = "2026-07-28";
@@ -201,4 +204,145 @@ async fn task_ids_are_bound_to_their_user_and_routed_to_their_upstream() {
     gw.stop().await;
     a.kill().await;
     b.kill().await;
+}
+
+/// Polls `c` until the task is terminal.
+async fn finished(c: &RawClient, id: &str) -> Value {
+    let mut r = Value::Null;
+    for _ in 0..100 {
+        r = task(c, "tasks/get", id, json!({})).await;
+        let status = r["result"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if !["working", "input_required"].contains(&status.as_str()) {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("task {id} not finished after 10 s: {r}");
+}
+
+/// An upstream without tasks (the session-based fixture, over HTTP) behind two replicas sharing
+/// a real Redis: the gateway runs its task-supporting tools as tasks, keeps their records in
+/// Redis, and either replica serves them.
+#[tokio::test]
+async fn gateway_run_tasks_are_kept_in_redis_and_served_by_any_replica() {
+    let redis = RedisServer::start().await;
+    let peer = HttpPeer::demo(free_port(), &["--conformance"]).await;
+    let cfg = clustered(
+        &redis,
+        "tk",
+        vec![tenant("acme", vec![upstream("fx", http(&peer.url()))])],
+    );
+    let gws = replicas(&cfg, 2).await;
+    let (a, b) = (
+        RawClient::new(gws[0].url("acme")),
+        RawClient::new(gws[1].url("acme")),
+    );
+
+    let d = send(&a, "server/discover", None, json!({}), true).await;
+    assert!(
+        d["result"]["capabilities"]["extensions"][EXTENSION].is_object(),
+        "{d}"
+    );
+    // Created on A, read on B at once (stored before the answer), completed there.
+    let created = call(&a, "slow_compute", json!({"seconds": 0.5, "label": "x"})).await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    assert_eq!(created["result"]["status"], "working", "{created}");
+    let id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let now = task(&b, "tasks/get", &id, json!({})).await;
+    assert_eq!(now["result"]["taskId"], id.as_str(), "{now}");
+    let done = finished(&b, &id).await;
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert!(done.to_string().contains("computed x"), "{done}");
+    let mut conn = redis.conn().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("tk:v1:task:*")
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_default();
+    assert!(!keys.is_empty(), "task records are in Redis");
+
+    // A tool error completes the task (isError); a JSON-RPC error fails it.
+    let created = call(&a, "failing_job", json!({})).await;
+    let id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let done = finished(&b, &id).await;
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert_eq!(done["result"]["result"]["isError"], true, "{done}");
+    let created = call(&a, "protocol_error_job", json!({})).await;
+    let id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let done = finished(&b, &id).await;
+    assert_eq!(done["result"]["status"], "failed", "{done}");
+    assert!(done["result"]["error"]["code"].is_i64(), "{done}");
+
+    // The upstream asks during the call: the task waits with its question, and the answer
+    // given through the replica running it completes it.
+    let created = call(&a, "confirm_delete", json!({"filename": "f.txt"})).await;
+    let id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let asks = settled(&b, &id).await;
+    assert_eq!(asks["result"]["status"], "input_required", "{asks}");
+    let key = asks["result"]["inputRequests"]
+        .as_object()
+        .and_then(|m| m.keys().next().cloned())
+        .unwrap_or_default();
+    let ack = task(
+        &a,
+        "tasks/update",
+        &id,
+        json!({"inputResponses": {key: {"action": "accept", "content": {"confirm": true}}}}),
+    )
+    .await;
+    assert_eq!(ack["result"], json!({"resultType": "complete"}), "{ack}");
+    let done = finished(&b, &id).await;
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert!(done.to_string().contains("deleted f.txt"), "{done}");
+
+    // Cancelled on B while A runs it: cancelled it stays (A drops the call, not the status).
+    let created = call(&a, "slow_compute", json!({"seconds": 2, "label": "y"})).await;
+    let id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let ack = task(&b, "tasks/cancel", &id, json!({})).await;
+    assert_eq!(ack["result"], json!({"resultType": "complete"}), "{ack}");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let after = task(&a, "tasks/get", &id, json!({})).await;
+    assert_eq!(after["result"]["status"], "cancelled", "{after}");
+
+    // Without the extension: a tool that requires a task is refused, an optional one runs.
+    let r = send(
+        &a,
+        "tools/call",
+        Some("failing_job"),
+        json!({"name": "failing_job", "arguments": {}}),
+        false,
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32021, "{r}");
+    let r = send(
+        &a,
+        "tools/call",
+        Some("slow_compute"),
+        json!({"name": "slow_compute", "arguments": {"seconds": 0}}),
+        false,
+    )
+    .await;
+    assert!(r["result"]["content"].is_array(), "{r}");
+    for gw in gws {
+        gw.stop().await;
+    }
+    peer.kill().await;
 }
