@@ -6,8 +6,8 @@
 //! backend — status, the questions the upstream asks meanwhile (`input_required`), the final
 //! result or error — until the ttl passes. `tasks/get` reads the record on any replica;
 //! `tasks/update` answers the questions and `tasks/cancel` drops the call (cancelling it
-//! upstream) through the replica running it — a cancel received elsewhere is written to the
-//! record, which the runner checks every second.
+//! upstream) through the replica running it — taken elsewhere, a cancel is written to the
+//! record and answers are queued in Redis, and the runner looks for both every second.
 
 use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -42,8 +42,13 @@ enum Command {
     Cancel(oneshot::Sender<()>),
 }
 
-/// The tasks running on this replica, by task id (a `SessionId`: random, 192 bits).
+/// The tasks running in this process, by replica and task id (a `SessionId`: random, 192
+/// bits): a replica acts on its own runners only, as if each were a process of its own.
 static RUNNING: LazyLock<DashMap<String, mpsc::Sender<Command>>> = LazyLock::new(DashMap::new);
+
+fn running_key(replica: &str, id: &str) -> String {
+    format!("{replica}/{id}")
+}
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -137,11 +142,13 @@ pub(super) async fn start(
         .map_err(|_| GatewayError::StoreUnavailable)?;
     let public = super::tasks::public_id(tenant, &session.key.user, "", id.as_str());
     let (tx, rx) = mpsc::channel(8);
-    RUNNING.insert(id.as_str().to_owned(), tx);
+    let running = running_key(&gateway.bus.replica, id.as_str());
+    RUNNING.insert(running.clone(), tx);
     let mut body = envelope(&public, &record);
     body.insert("resultType".into(), "task".into());
     let runner = Runner {
         gateway: gateway.weak(),
+        running,
         key,
         record,
         session: session.clone(),
@@ -155,6 +162,8 @@ pub(super) async fn start(
 /// Reads one gateway-run task's call to its end.
 struct Runner {
     gateway: Weak<Gateway>,
+    /// Its entry in `RUNNING`.
+    running: String,
     key: SessionKey,
     record: TaskRecord,
     session: Arc<LiveSession>,
@@ -207,10 +216,11 @@ impl Runner {
                     if self.stored_status().await == Some(TaskStatus::Cancelled) {
                         break;
                     }
+                    self.answers_from_elsewhere().await;
                 }
             }
         }
-        RUNNING.remove(self.key.id.as_str());
+        RUNNING.remove(&self.running);
     }
 
     /// The call's answer: a result completes the task (a tool error too: `isError` is in
@@ -233,6 +243,26 @@ impl Runner {
         self.record.outcome = Some(outcome);
         self.record.input_requests = None;
         self.save().await;
+    }
+
+    /// Answers other replicas took for this task (`tasks/update` there).
+    async fn answers_from_elsewhere(&mut self) {
+        if self.questions.is_empty() {
+            return;
+        }
+        let Some(gateway) = self.gateway.upgrade() else {
+            return;
+        };
+        let queued = match gateway.store.take_task_input(&self.key).await {
+            Ok(q) if !q.is_empty() => q,
+            _ => return,
+        };
+        for responses in queued {
+            let responses = RawValue::from_string(responses).ok();
+            let questions = std::mem::take(&mut self.questions);
+            self.questions = mrtr::answer(&self.session, questions, responses.as_deref()).await;
+        }
+        self.save_questions().await;
     }
 
     async fn save_questions(&mut self) {
@@ -262,12 +292,17 @@ impl Runner {
             return;
         };
         self.record.updated_ms = now_ms();
-        let until = self.record.created_ms + self.record.ttl_ms;
-        let left = Duration::from_millis(until.saturating_sub(self.record.updated_ms).max(1));
+        let left = remaining(&self.record);
         if let Err(e) = gateway.store.put_task(&self.key, &self.record, left).await {
             tracing::warn!(error = %e, "a gateway-run task's record was not stored");
         }
     }
+}
+
+/// How long a record has left to live (its ttl runs from its creation).
+fn remaining(record: &TaskRecord) -> Duration {
+    let until = record.created_ms + record.ttl_ms;
+    Duration::from_millis(until.saturating_sub(now_ms()).max(1))
 }
 
 /// The record of the user's task `id`, or "not found".
@@ -289,8 +324,13 @@ async fn load(
 }
 
 /// Sends `command` to the runner of task `id`, if it runs here; waits for it to act.
-async fn tell(id: &str, command: impl FnOnce(oneshot::Sender<()>) -> Command) -> bool {
-    let Some(tx) = RUNNING.get(id).map(|t| t.clone()) else {
+async fn tell(
+    gateway: &Gateway,
+    id: &str,
+    command: impl FnOnce(oneshot::Sender<()>) -> Command,
+) -> bool {
+    let running = running_key(&gateway.bus.replica, id);
+    let Some(tx) = RUNNING.get(&running).map(|t| t.clone()) else {
         return false;
     };
     let (done, acted) = oneshot::channel();
@@ -350,26 +390,34 @@ pub(super) async fn serve(
                 .ok_or_else(|| {
                     GatewayError::InvalidParams("`inputResponses` must be an object".into())
                 })?;
-            if record.status == TaskStatus::InputRequired
-                && !tell(id, |done| Command::Update(responses, done)).await
+            if record.status != TaskStatus::InputRequired
+                || tell(gateway, id, |done| Command::Update(responses.clone(), done)).await
             {
+                return Ok(ack(client_id));
+            }
+            // Running on another replica: queued for it (it takes them within a second).
+            let left = remaining(&record);
+            let queued = gateway
+                .store
+                .push_task_input(&key, &responses, left)
+                .await
+                .map_err(|_| GatewayError::StoreUnavailable)?;
+            if !queued {
                 return Err(GatewayError::InvalidParams(
-                    "this task's questions are held by another replica of the gateway, which \
-                     could not be reached: send tasks/update again"
+                    "this task's call is no longer running: its questions cannot be answered"
                         .into(),
                 ));
             }
             Ok(ack(client_id))
         }
         _ => {
-            if !record.status.is_terminal() && !tell(id, Command::Cancel).await {
+            if !record.status.is_terminal() && !tell(gateway, id, Command::Cancel).await {
                 // Running elsewhere (or its runner is gone): the record says so, and the
                 // replica running it drops the call within a second.
                 let mut cancelled = record.clone();
                 cancelled.status = TaskStatus::Cancelled;
                 cancelled.updated_ms = now_ms();
-                let until = cancelled.created_ms + cancelled.ttl_ms;
-                let left = Duration::from_millis(until.saturating_sub(cancelled.updated_ms).max(1));
+                let left = remaining(&cancelled);
                 gateway
                     .store
                     .put_task(&key, &cancelled, left)

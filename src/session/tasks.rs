@@ -1,6 +1,7 @@
 //! Gateway-run tasks' records in the session store's backend (`store::TaskRecord`): a map
-//! with lazy expiry in memory, `SET EX`/`GET` in Redis (`cluster::RedisSessionStore`), so a
-//! task's status and result outlive its client's connection and any replica reads them.
+//! with lazy expiry in memory, `SET PX`/`GET` in Redis (`cluster::RedisSessionStore`), so a
+//! task's status and result outlive its client's connection and any replica reads them; and
+//! in Redis the answers one replica takes for the replica running the task.
 
 use std::time::{Duration, Instant};
 
@@ -61,6 +62,28 @@ impl SessionBackend {
         match self {
             SessionBackend::Memory(s) => Ok(s.tasks.get(key)),
             SessionBackend::Redis(s) => s.get_task(key).await,
+        }
+    }
+
+    /// Queues answers for a task running on another replica (Redis only: with the memory
+    /// store every task runs in this process). `false` when there is no one to queue for.
+    pub async fn push_task_input(
+        &self,
+        key: &SessionKey,
+        responses: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        match self {
+            SessionBackend::Memory(_) => Ok(false),
+            SessionBackend::Redis(s) => s.push_task_input(key, responses, ttl).await.map(|()| true),
+        }
+    }
+
+    /// Takes the answers other replicas queued for a task running here.
+    pub async fn take_task_input(&self, key: &SessionKey) -> Result<Vec<String>, StoreError> {
+        match self {
+            SessionBackend::Memory(_) => Ok(Vec::new()),
+            SessionBackend::Redis(s) => s.take_task_input(key).await,
         }
     }
 }

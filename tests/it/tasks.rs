@@ -285,8 +285,8 @@ async fn gateway_run_tasks_are_kept_in_redis_and_served_by_any_replica() {
     assert_eq!(done["result"]["status"], "failed", "{done}");
     assert!(done["result"]["error"]["code"].is_i64(), "{done}");
 
-    // The upstream asks during the call: the task waits with its question, and the answer
-    // given through the replica running it completes it.
+    // The upstream asks during the call: the task waits with its question; an answer given
+    // to the replica running it, or to the other one (queued in Redis), completes it.
     let created = call(&a, "confirm_delete", json!({"filename": "f.txt"})).await;
     let id = created["result"]["taskId"]
         .as_str()
@@ -309,6 +309,27 @@ async fn gateway_run_tasks_are_kept_in_redis_and_served_by_any_replica() {
     let done = finished(&b, &id).await;
     assert_eq!(done["result"]["status"], "completed", "{done}");
     assert!(done.to_string().contains("deleted f.txt"), "{done}");
+    let created = call(&a, "confirm_delete", json!({"filename": "g.txt"})).await;
+    let id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let asks = settled(&a, &id).await;
+    let key = asks["result"]["inputRequests"]
+        .as_object()
+        .and_then(|m| m.keys().next().cloned())
+        .unwrap_or_default();
+    let ack = task(
+        &b,
+        "tasks/update",
+        &id,
+        json!({"inputResponses": {key: {"action": "accept", "content": {"confirm": true}}}}),
+    )
+    .await;
+    assert_eq!(ack["result"], json!({"resultType": "complete"}), "{ack}");
+    let done = finished(&a, &id).await;
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert!(done.to_string().contains("deleted g.txt"), "{done}");
 
     // Cancelled on B while A runs it: cancelled it stays (A drops the call, not the status).
     let created = call(&a, "slow_compute", json!({"seconds": 2, "label": "y"})).await;
