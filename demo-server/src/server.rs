@@ -52,8 +52,10 @@ pub(crate) struct Server {
     name: String,
     capabilities: Cow<'static, [u8]>,
     instructions: &'static str,
-    /// The fixture's tasks (the tasks extension, stateless requests).
+    /// The fixture's tasks (the tasks extension, stateless requests), and with `--tasks` the
+    /// session-based ones (2025-11-25).
     tasks: Arc<Tasks>,
+    session_tasks: bool,
     /// Signs the `requestState` of the fixture's multi round-trip tools.
     state_key: CursorKey,
     /// Speaking the stateless revision too.
@@ -83,9 +85,14 @@ impl Server {
         } else {
             (CAPABILITIES, INSTRUCTIONS)
         };
+        let capabilities: Cow<'static, [u8]> = if opts.tasks {
+            tasks::with_session_tasks(capabilities).into()
+        } else {
+            capabilities.into()
+        };
         let mut init_tail = Vec::with_capacity(320);
         init_tail.extend_from_slice(b"\",\"capabilities\":");
-        init_tail.extend_from_slice(capabilities);
+        init_tail.extend_from_slice(&capabilities);
         init_tail.extend_from_slice(b",\"serverInfo\":{\"name\":");
         wire::push_str(&mut init_tail, name);
         init_tail.extend_from_slice(b",\"version\":");
@@ -99,7 +106,7 @@ impl Server {
             )),
             None => None,
         };
-        let (tools_list, prompts_list, resources_list, templates_list) = if opts.conformance {
+        let (mut tools_list, prompts_list, resources_list, templates_list) = if opts.conformance {
             (
                 fixture_tools::list_result(opts.stateless),
                 fixture::prompts_list(opts.stateless).into(),
@@ -118,6 +125,9 @@ impl Server {
                 catalog::TEMPLATES_LIST.into(),
             )
         };
+        if opts.tasks {
+            tools_list = tasks::task_supporting(&tools_list, "sleep");
+        }
         let server = Server {
             tools: ToolSet {
                 test: opts.test_tools && !opts.conformance,
@@ -136,10 +146,11 @@ impl Server {
             name: name.to_owned(),
             // The fixture offers the tasks extension to stateless requests (`server/discover`).
             capabilities: if opts.conformance && opts.stateless {
-                tasks::with_extension(capabilities).into()
+                tasks::with_extension(&capabilities).into()
             } else {
-                capabilities.into()
+                capabilities
             },
+            session_tasks: opts.tasks,
             instructions,
             tasks: Arc::default(),
             state_key: CursorKey::random(),
@@ -428,6 +439,12 @@ impl Session {
             && let Some(reply) = fixture::request(&self.peer, id, method, params)
         {
             return Outcome::Reply(reply);
+        }
+        if self.server.session_tasks
+            && let Some(outcome) =
+                tasks::session_request(self, &self.server.tasks, id, method, params)
+        {
+            return outcome;
         }
         let reply = match method {
             "tools/call" => return self.call_tool(id, params),

@@ -3,8 +3,10 @@
 //! scenarios call, `CreateTaskResult` (flat, `resultType:"task"`), `tasks/get` (the
 //! `DetailedTask`, result, error or pending `inputRequests` inlined), `tasks/update`
 //! (`inputResponses`, partial answers kept), `tasks/cancel` (an empty ack), and the
-//! `-32021` gate for clients that did not declare the extension in `_meta`. Tasks live in
-//! the server (every session and replica-less request sees them) until their ttl passes.
+//! `-32021` gate for clients that did not declare the extension in `_meta`. With `--tasks`,
+//! the 2025-11-25 `tasks` utility for session-based clients too (`sleep` with `task`,
+//! `tasks/get|result|cancel|list`). Tasks live in the server (every session and request sees
+//! them) until their ttl passes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -16,8 +18,11 @@ use serde_json::{Map, Value, json};
 
 use tokio::sync::mpsc;
 
+use super::fixture_tools::FixtureJob;
+use super::inflight::{Deferred, Job};
 use super::modern::Modern;
 use super::peer::{Capability, Peer};
+use super::server::{Outcome, Session};
 use super::wire::{self, INVALID_PARAMS};
 
 /// The extension's identifier (`capabilities.extensions`, `_meta` client capabilities).
@@ -100,10 +105,20 @@ pub(crate) fn tools(stateless: bool) -> Vec<Value> {
 /// client (elicitation) before it answers.
 #[derive(Debug)]
 pub(crate) enum SessionJob {
-    Compute { ms: u64, label: String },
+    /// `tasks/result` (2025-11-25): waits for the task to end, then answers its result.
+    AwaitResult {
+        tasks: Arc<Tasks>,
+        task_id: String,
+    },
+    Compute {
+        ms: u64,
+        label: String,
+    },
     ToolError,
     ProtocolError,
-    Confirm { file: String },
+    Confirm {
+        file: String,
+    },
     TwoQuestions,
 }
 
@@ -161,6 +176,28 @@ impl SessionJob {
             serde_json::to_vec(&params).unwrap_or_default()
         };
         match self {
+            SessionJob::AwaitResult { tasks, task_id } => loop {
+                if let Some(t) = tasks.lock().get(task_id)
+                    && t.status.is_terminal()
+                {
+                    let mut r = match (&t.result, &t.error) {
+                        (Some(r), _) => r.clone(),
+                        (None, Some(e)) => {
+                            return error(
+                                id,
+                                e["code"].as_i64().unwrap_or(-32603) as i32,
+                                e["message"].as_str().unwrap_or("failed"),
+                                None,
+                            );
+                        }
+                        (None, None) => text("the task was cancelled", true),
+                    };
+                    r["_meta"] =
+                        json!({"io.modelcontextprotocol/related-task": {"taskId": task_id}});
+                    return result(id, &r);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            },
             SessionJob::Compute { ms, label } => {
                 tokio::time::sleep(Duration::from_millis(*ms)).await;
                 wire::tool_text(id, &format!("computed {label} in {ms}ms"), false)
@@ -208,6 +245,124 @@ impl SessionJob {
             }
         }
     }
+}
+
+/// `capabilities` with the 2025-11-25 `tasks` capability (list, cancel, task-augmented calls).
+pub(crate) fn with_session_tasks(capabilities: &[u8]) -> Vec<u8> {
+    let mut caps: Value = serde_json::from_slice(capabilities).unwrap_or_else(|_| json!({}));
+    caps["tasks"] = json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
+    serde_json::to_vec(&caps).unwrap_or_else(|_| capabilities.to_vec())
+}
+
+/// A `tools/list` result with tool `name` marked `execution.taskSupport: "optional"`.
+pub(crate) fn task_supporting(tools_list: &[u8], name: &str) -> Vec<u8> {
+    let Ok(mut list) = serde_json::from_slice::<Value>(tools_list) else {
+        return tools_list.to_vec();
+    };
+    for t in list["tools"].as_array_mut().into_iter().flatten() {
+        if t["name"] == name {
+            t["execution"] = json!({"taskSupport": "optional"});
+        }
+    }
+    serde_json::to_vec(&list).unwrap_or_else(|_| tools_list.to_vec())
+}
+
+/// How many tasks one `tasks/list` page holds (small, so pagination shows).
+const LIST_PAGE: usize = 2;
+
+/// The 2025-11-25 utility for session-based requests: `tools/call` of `sleep` with `task`,
+/// and the task methods; `None` for anything else.
+pub(crate) fn session_request(
+    session: &Arc<Session>,
+    tasks: &Arc<Tasks>,
+    id: &RawValue,
+    method: &str,
+    params: Option<&RawValue>,
+) -> Option<Outcome> {
+    let params: Map<String, Value> = params
+        .and_then(|p| serde_json::from_str(p.get()).ok())
+        .unwrap_or_default();
+    let task_id = params.get("taskId").and_then(Value::as_str).unwrap_or("");
+    let reply = match method {
+        "tools/call" => {
+            let task = params.get("task")?;
+            if params.get("name")?.as_str()? != "sleep" {
+                return None;
+            }
+            let ms = params
+                .get("arguments")
+                .and_then(|a| a.get("ms"))
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+                .min(MAX_SECONDS * 1000);
+            let ttl = task.get("ttl").and_then(Value::as_u64).unwrap_or(TTL_MS);
+            tasks.start_v1(id, ms, ttl)
+        }
+        "tasks/get" | "tasks/cancel" => {
+            let mut map = tasks.lock();
+            let Some(t) = map.get_mut(task_id) else {
+                return Some(Outcome::Reply(not_found(id, task_id)));
+            };
+            if method == "tasks/cancel" && !t.status.is_terminal() {
+                t.status = Status::Cancelled;
+                t.updated_ms = now_ms();
+                if let Some(job) = t.job.take() {
+                    job.abort();
+                }
+            }
+            result(id, &v1_task(task_id, t))
+        }
+        "tasks/list" => {
+            let map = tasks.lock();
+            let mut ids: Vec<&String> = map.keys().collect();
+            ids.sort_by_key(|k| (map[*k].created_ms, (*k).clone()));
+            let from: usize = params
+                .get("cursor")
+                .and_then(Value::as_str)
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            let page: Vec<Value> = ids
+                .iter()
+                .skip(from)
+                .take(LIST_PAGE)
+                .map(|k| v1_task(k, &map[*k]))
+                .collect();
+            let mut out = json!({ "tasks": page });
+            if from + LIST_PAGE < ids.len() {
+                out["nextCursor"] = (from + LIST_PAGE).to_string().into();
+            }
+            result(id, &out)
+        }
+        "tasks/result" => {
+            if !tasks.lock().contains_key(task_id) {
+                return Some(Outcome::Reply(not_found(id, task_id)));
+            }
+            let job = SessionJob::AwaitResult {
+                tasks: Arc::clone(tasks),
+                task_id: task_id.to_owned(),
+            };
+            return Some(
+                match Deferred::start(session, id, None, Job::Fixture(FixtureJob::Task(job))) {
+                    Ok(work) => Outcome::Deferred(work),
+                    Err(reply) => Outcome::Reply(reply),
+                },
+            );
+        }
+        _ => return None,
+    };
+    Some(Outcome::Reply(reply))
+}
+
+/// A task in the 2025-11-25 shape (`ttl`, `pollInterval`).
+fn v1_task(task_id: &str, t: &Task) -> Value {
+    json!({
+        "taskId": task_id,
+        "status": t.status.as_str(),
+        "createdAt": iso(t.created_ms),
+        "lastUpdatedAt": iso(t.updated_ms),
+        "ttl": TTL_MS,
+        "pollInterval": POLL_INTERVAL_MS,
+    })
 }
 
 /// `capabilities` (a JSON object) with the extension added under `extensions`.
@@ -272,6 +427,12 @@ struct Task {
 #[derive(Default)]
 pub(crate) struct Tasks {
     map: Mutex<HashMap<String, Task>>,
+}
+
+impl std::fmt::Debug for Tasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tasks")
+    }
 }
 
 fn now_ms() -> u64 {
@@ -519,6 +680,25 @@ impl Tasks {
             subject,
             job: None,
         }
+    }
+
+    /// A 2025-11-25 task sleeping `ms`: its `CreateTaskResult` (`{"task": ...}`).
+    fn start_v1(self: &Arc<Self>, id: &RawValue, ms: u64, ttl: u64) -> Bytes {
+        let task_id = format!("task-{:032x}", rand::random::<u128>());
+        let mut task = Self::new_task(Status::Working, "sleep".into());
+        task.expires = Instant::now() + Duration::from_millis(ttl.max(1000));
+        let created = json!({ "task": v1_task(&task_id, &task) });
+        self.lock().insert(task_id.clone(), task);
+        let tasks = Arc::clone(self);
+        let key = task_id.clone();
+        let job = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            tasks.settle(&key, Ok(text(format!("slept {ms}ms"), false)));
+        });
+        if let Some(t) = self.lock().get_mut(&task_id) {
+            t.job = Some(job);
+        }
+        result(id, &created)
     }
 
     /// A task that ends after `after` with `outcome` (a result, or a protocol error).

@@ -1,8 +1,8 @@
 //! Tasks without IO: the 2026-07-28 tasks extension (SEP-2663, `io.modelcontextprotocol/tasks`)
-//! — its methods, whether a client declared it, how upstreams' offers merge — and the one
-//! edit the gateway makes to task messages: the `taskId` at the top of a result
-//! (`CreateTaskResult`, `DetailedTask`) or in the params of a task method, every other byte
-//! copied as it is.
+//! and the 2025-11-25 `tasks` utility — their methods, whether a client declared the
+//! extension, how upstreams' offers merge — and the one edit the gateway makes to task
+//! messages: the task id of a result (`taskId` at its top, in its `task`, or in its
+//! `related-task` `_meta`) or in the params of a task method, every other byte copied as it is.
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -12,9 +12,66 @@ use crate::jsonrpc::{self, Message, Outcome, RawObject};
 /// The extension's identifier, under `capabilities.extensions`.
 pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
-/// The methods addressing one task by its `taskId`.
+/// The `_meta` key relating a message to a task (2025-11-25).
+pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// The methods addressing one task by its `taskId`, in either revision.
 pub fn is_task_method(method: &str) -> bool {
     matches!(method, "tasks/get" | "tasks/update" | "tasks/cancel")
+}
+
+/// The 2025-11-25 methods the 2026-07-28 extension removed (session-based clients only).
+pub fn is_session_task_method(method: &str) -> bool {
+    matches!(method, "tasks/result" | "tasks/list")
+}
+
+/// Merges the 2025-11-25 `tasks` capability of upstream capabilities `caps` into `out`: each
+/// operation (`list`, `cancel`, `requests.tools.call`) offered when one upstream offers it
+/// (the gateway routes each task to its owner; a client's task-augmented call to an upstream
+/// without tasks is processed normally there, as the revision says).
+pub fn merge_session_tasks(caps: &Map<String, Value>, out: &mut Map<String, Value>) {
+    let Some(Value::Object(offer)) = caps.get("tasks") else {
+        return;
+    };
+    let entry = out
+        .entry("tasks")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(merged) = entry else {
+        return;
+    };
+    for op in ["list", "cancel"] {
+        if offer.get(op).is_some_and(Value::is_object) {
+            merged
+                .entry(op)
+                .or_insert_with(|| Value::Object(Map::new()));
+        }
+    }
+    if offer
+        .get("requests")
+        .and_then(|r| r.get("tools"))
+        .and_then(|t| t.get("call"))
+        .is_some_and(Value::is_object)
+    {
+        let requests = merged
+            .entry("requests")
+            .or_insert_with(|| serde_json::json!({}));
+        if let Value::Object(r) = requests {
+            r.insert("tools".into(), serde_json::json!({ "call": {} }));
+        }
+    }
+}
+
+/// Whether upstream capabilities offer tasks on `tools/call` (either revision).
+pub fn offers_tool_tasks(caps: &Value) -> bool {
+    caps.get("extensions")
+        .and_then(|e| e.get(EXTENSION))
+        .is_some()
+        || caps
+            .get("tasks")
+            .and_then(|t| t.get("requests"))
+            .and_then(|r| r.get("tools"))
+            .and_then(|t| t.get("call"))
+            .is_some()
 }
 
 /// Whether `capabilities` (a client's) declare the extension.
@@ -84,14 +141,39 @@ pub fn rename_result_task_id(
     let Outcome::Result(result) = r.outcome else {
         return None;
     };
-    let mut obj = RawObject::parse(result).ok()?;
-    let id = obj.get_str("taskId")?;
-    let renamed = rename(&id);
-    obj.set("taskId", jsonrpc::raw_string(&renamed));
-    Some(jsonrpc::response_with_id(
-        r.id,
-        Outcome::Result(&obj.to_raw()),
-    ))
+    let obj = RawObject::parse(result).ok()?;
+    let edited = rename_task_id_in(obj, rename)?;
+    Some(jsonrpc::response_with_id(r.id, Outcome::Result(&edited)))
+}
+
+/// `obj` (a result, a `Task`, notification params) with its task id renamed: `taskId` at its
+/// top, else in its `task` (a 2025-11-25 `CreateTaskResult`), else in its `related-task`
+/// `_meta`; `None` when it names no task.
+pub fn rename_task_id_in(
+    mut obj: RawObject<'_>,
+    rename: impl FnOnce(&str) -> String,
+) -> Option<Box<RawValue>> {
+    if let Some(id) = obj.get_str("taskId") {
+        obj.set("taskId", jsonrpc::raw_string(&rename(&id)));
+        return Some(obj.to_raw());
+    }
+    for (outer, inner) in [("task", None), ("_meta", Some(RELATED_TASK))] {
+        let Some(mut level) = obj.get(outer).and_then(|v| RawObject::parse(v).ok()) else {
+            continue;
+        };
+        let edited = match inner {
+            None => rename_task_id_in(level, rename)?,
+            Some(key) => {
+                let related = level.get(key).and_then(|v| RawObject::parse(v).ok())?;
+                let related = rename_task_id_in(related, rename)?;
+                level.set(key, related);
+                level.to_raw()
+            }
+        };
+        obj.set(outer, edited);
+        return Some(obj.to_raw());
+    }
+    None
 }
 
 #[cfg(test)]
@@ -108,6 +190,19 @@ mod tests {
         assert_eq!(v["result"]["taskId"], "pub-t1");
         assert_eq!(v["result"]["result"]["taskId"], "inner");
         assert_eq!(v["id"], 7);
+        let created =
+            br#"{"jsonrpc":"2.0","id":7,"result":{"task":{"taskId":"t2","status":"working"}}}"#;
+        let out = rename_result_task_id(created, |id| format!("pub-{id}")).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["result"]["task"]["taskId"], "pub-t2", "{v}");
+        let related = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[],"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t3"},"x":1}}}"#;
+        let out = rename_result_task_id(related, |id| format!("pub-{id}")).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            v["result"]["_meta"][RELATED_TASK]["taskId"], "pub-t3",
+            "{v}"
+        );
+        assert_eq!(v["result"]["_meta"]["x"], 1, "{v}");
         let plain = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}}"#;
         assert!(rename_result_task_id(plain, |_| unreachable!()).is_none());
         let error = br#"{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"taskId"}}"#;

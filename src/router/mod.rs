@@ -75,7 +75,10 @@ pub async fn handle_request(
         Method::ServerDiscover => Err(GatewayError::MethodNotFound(
             "server/discover is not available in a session negotiated with initialize".into(),
         )),
-        _ if crate::protocol::tasks::is_task_method(&req.method) => {
+        _ if crate::protocol::tasks::is_task_method(&req.method)
+            || (crate::protocol::tasks::is_session_task_method(&req.method)
+                && !session.protocol_version.is_stateless()) =>
+        {
             tasks::route(gateway, tenant, session, req).await
         }
         _ if tenant.is_transparent() => {

@@ -410,7 +410,7 @@ pub(super) async fn serve(
             }
             Ok(ack(client_id))
         }
-        _ => {
+        "tasks/cancel" => {
             if !record.status.is_terminal() && !tell(gateway, id, Command::Cancel).await {
                 // Running elsewhere (or its runner is gone): the record says so, and the
                 // replica running it drops the call within a second.
@@ -426,6 +426,9 @@ pub(super) async fn serve(
             }
             Ok(ack(client_id))
         }
+        other => Err(GatewayError::MethodNotFound(format!(
+            "{other} is not served for tasks the gateway runs (use tasks/get)"
+        ))),
     }
 }
 

@@ -19,6 +19,7 @@ use serde_json::value::RawValue;
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
 use crate::jsonrpc::{self, Request};
+use crate::protocol::rewrite::ResultShape;
 use crate::protocol::tasks::{self, EXTENSION};
 use crate::session::LiveSession;
 use crate::signing::CursorKey;
@@ -68,8 +69,8 @@ fn tag(key: &CursorKey, tenant: &str, user: &str, payload: &[u8]) -> String {
     key.derive(&[b"task", tenant.as_bytes(), user.as_bytes(), payload])
 }
 
-/// Whether the session's connection to `upstream` offers the tasks extension (only then can
-/// its tool results be tasks).
+/// Whether the session's connection to `upstream` offers the tasks extension (then it runs
+/// its tasks itself).
 fn offers_tasks(session: &LiveSession, upstream: &Upstream) -> bool {
     session
         .link(upstream.info.id)
@@ -80,6 +81,14 @@ fn offers_tasks(session: &LiveSession, upstream: &Upstream) -> bool {
                 .and_then(|e| e.get(EXTENSION))
                 .is_some()
         })
+}
+
+/// Whether `upstream`'s tool results may be tasks (either revision).
+fn offers_tool_tasks(session: &LiveSession, upstream: &Upstream) -> bool {
+    session
+        .link(upstream.info.id)
+        .and_then(|c| c.server())
+        .is_some_and(|s| tasks::offers_tool_tasks(&s.capabilities))
 }
 
 /// Whether the gateway runs a `tools/call` of `upstream`'s tool `name` as a task itself: the
@@ -131,7 +140,7 @@ pub(super) fn publish(
     let Reply::Stream(stream) = reply else {
         return reply;
     };
-    if !offers_tasks(session, upstream) {
+    if !offers_tool_tasks(session, upstream) {
         return Reply::Stream(stream);
     }
     let tenant = tenant.clone();
@@ -144,7 +153,8 @@ pub(super) fn publish(
     Reply::Stream(stream.on_final(edit))
 }
 
-/// `tasks/get`, `tasks/update`, `tasks/cancel`: gated on the extension, then routed by the
+/// `tasks/get`, `tasks/update`, `tasks/cancel` (and for session-based clients `tasks/result`
+/// and `tasks/list`): gated on the extension for stateless requests, then routed by the
 /// public task id to the upstream that owns the task, with its own id; the answer names the
 /// task by the public id again.
 pub(super) async fn route(
@@ -153,10 +163,13 @@ pub(super) async fn route(
     session: &Arc<LiveSession>,
     req: &Request<'_>,
 ) -> Result<Reply, GatewayError> {
-    let declared = tasks::request_declares(req.params)
-        .unwrap_or_else(|| tasks::declares_extension(&session.client_capabilities));
-    if !declared {
+    // A stateless request must declare the extension; a session-based client's task methods
+    // are the 2025-11-25 utility's, which asks nothing of the client.
+    if tasks::request_declares(req.params) == Some(false) {
         return Err(GatewayError::MissingClientExtension(EXTENSION));
+    }
+    if req.method == "tasks/list" {
+        return list(tenant, session, req).await;
     }
     let public = tasks::task_id_of(req.params)
         .ok_or_else(|| GatewayError::InvalidParams("`taskId` (a string) is required".into()))?;
@@ -183,13 +196,15 @@ pub(super) async fn route(
     let mut params = super::params_object(req)?;
     params.set("taskId", jsonrpc::raw_string(&own));
     let params = params.to_raw();
+    // A task's result is a tool result: its resource URIs are namespaced like a call's.
+    let shape = (req.method == "tasks/result").then_some(ResultShape::ToolCall);
     let reply = forward(
         session,
         upstream,
         &req.method,
         Some(&params),
         req.id,
-        None,
+        shape,
         None,
     )
     .await?;
@@ -229,4 +244,116 @@ mod tests {
         assert_eq!(unseal(&key, "a", "alice", &forged), None);
         assert_eq!(unseal(&key, "a", "alice", "task-1"), None);
     }
+}
+
+/// What a `tasks/list` cursor says, sealed with the tenant's key: the user it was given to
+/// and every upstream's own cursor.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ListCursor {
+    u: String,
+    p: Vec<(String, String)>,
+}
+
+/// `tasks/list` (2025-11-25): one page from every upstream that lists tasks, their ids made
+/// public; the next cursor carries every upstream's own next cursor.
+async fn list(
+    tenant: &Arc<Tenant>,
+    session: &Arc<LiveSession>,
+    req: &Request<'_>,
+) -> Result<Reply, GatewayError> {
+    let user = tenant
+        .cursor_key
+        .derive(&[b"tasks-list", session.key.user.as_bytes()]);
+    let cursor = req
+        .params
+        .and_then(|p| jsonrpc::RawObject::parse(p).ok())
+        .and_then(|p| p.get_str("cursor").map(|c| c.into_owned()));
+    let positions: Vec<(String, Option<String>)> = match cursor {
+        Some(c) => {
+            let invalid = || {
+                GatewayError::InvalidParams(
+                    "Invalid cursor: use the nextCursor of a previous tasks/list, unmodified"
+                        .into(),
+                )
+            };
+            let sealed: ListCursor = tenant
+                .cursor_key
+                .open(&c)
+                .and_then(|p| serde_json::from_slice(&p).ok())
+                .ok_or_else(invalid)?;
+            if sealed.u != user {
+                return Err(invalid());
+            }
+            sealed.p.into_iter().map(|(u, c)| (u, Some(c))).collect()
+        }
+        None => {
+            let mut all = Vec::new();
+            for upstream in tenant.upstreams.iter() {
+                let Ok(conn) = super::ensure_link(session, upstream).await else {
+                    continue;
+                };
+                let lists = conn.server().is_some_and(|s| {
+                    s.capabilities
+                        .get("tasks")
+                        .and_then(|t| t.get("list"))
+                        .is_some()
+                });
+                if lists {
+                    all.push((upstream.name().to_owned(), None));
+                }
+            }
+            all
+        }
+    };
+    let mut listed = Vec::new();
+    let mut next = Vec::new();
+    for (name, cursor) in positions {
+        let Some(upstream) = tenant.upstreams.iter().find(|u| u.name() == name) else {
+            continue;
+        };
+        let conn = super::ensure_link(session, upstream).await?;
+        let params = cursor.map(|c| jsonrpc::raw_json(&serde_json::json!({ "cursor": c })));
+        let reply = conn
+            .call(
+                "tasks/list",
+                params.as_deref(),
+                upstream.info.request_timeout,
+            )
+            .await;
+        let page: serde_json::Value = match reply {
+            Ok(crate::upstream::InternalReply::Result(r)) => {
+                serde_json::from_str(r.get()).unwrap_or_default()
+            }
+            Ok(crate::upstream::InternalReply::Error(e)) => {
+                tracing::debug!(upstream = %name, error = e.get(), "tasks/list refused upstream");
+                continue;
+            }
+            Err(e) => {
+                tracing::debug!(upstream = %name, error = %e, "tasks/list failed upstream");
+                continue;
+            }
+        };
+        for mut t in page
+            .get("tasks")
+            .and_then(serde_json::Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+        {
+            if let Some(own) = t.get("taskId").and_then(serde_json::Value::as_str) {
+                let public = public_id(tenant, &session.key.user, &name, own);
+                t["taskId"] = public.into();
+                listed.push(t);
+            }
+        }
+        if let Some(c) = page.get("nextCursor").and_then(serde_json::Value::as_str) {
+            next.push((name, c.to_owned()));
+        }
+    }
+    let mut result = serde_json::json!({ "tasks": listed });
+    if !next.is_empty() {
+        let sealed = serde_json::to_vec(&ListCursor { u: user, p: next }).unwrap_or_default();
+        result["nextCursor"] = tenant.cursor_key.seal(&sealed).into();
+    }
+    let body = serde_json::to_vec(&result).unwrap_or_default();
+    Ok(Reply::Json(jsonrpc::result_response(req.id, &body)))
 }

@@ -367,3 +367,107 @@ async fn gateway_run_tasks_are_kept_in_redis_and_served_by_any_replica() {
     }
     peer.kill().await;
 }
+
+/// Session-based clients (2025-11-25) and the `tasks` utility of two upstreams (the demo
+/// server with `--tasks`): the capability merged, `params.task` calls routed to their owner,
+/// task ids made public, `tasks/get|result|cancel` routed back by them, `tasks/list`
+/// aggregated and paginated with the gateway's cursor.
+#[tokio::test]
+async fn session_clients_use_their_upstreams_tasks_through_public_ids() {
+    let a = HttpPeer::demo(free_port(), &["--tasks"]).await;
+    let b = HttpPeer::demo(free_port(), &["--tasks"]).await;
+    let gw = TestGateway::start(config(vec![tenant(
+        "acme",
+        vec![upstream("a", http(&a.url())), upstream("b", http(&b.url()))],
+    )]))
+    .await;
+    let mut c = RawClient::new(gw.url("acme"));
+    let init = c.initialize().await;
+    assert_eq!(
+        init["capabilities"]["tasks"],
+        json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}),
+        "{init}"
+    );
+    let tools = c.request("tools/list", json!({})).await;
+    let sleep = tools.last()["result"]["tools"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["name"] == "a__sleep").cloned())
+        .unwrap_or_default();
+    assert_eq!(sleep["execution"]["taskSupport"], "optional", "{sleep}");
+
+    let create = |tool: &'static str, ms: u64| {
+        let c = &c;
+        async move {
+            let r = c
+                .request(
+                    "tools/call",
+                    json!({"name": tool, "arguments": {"ms": ms}, "task": {"ttl": 60000}}),
+                )
+                .await;
+            let v = r.last().clone();
+            let id = v["result"]["task"]["taskId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            assert!(!id.is_empty() && !id.starts_with("task-"), "{v}");
+            id
+        }
+    };
+    let mut created = vec![
+        create("a__sleep", 200).await,
+        create("a__sleep", 200).await,
+        create("a__sleep", 5000).await,
+        create("b__sleep", 200).await,
+    ];
+
+    // tasks/result waits for the end; the related task is named by the public id.
+    let r = c
+        .request("tasks/result", json!({"taskId": created[3]}))
+        .await;
+    let v = r.last();
+    assert!(v.to_string().contains("slept 200ms"), "{v}");
+    assert_eq!(
+        v["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        created[3].as_str(),
+        "{v}"
+    );
+    let r = c.request("tasks/get", json!({"taskId": created[0]})).await;
+    assert_eq!(r.last()["result"]["taskId"], created[0].as_str(), "{r:?}");
+
+    // Cancelled at its owner.
+    let r = c
+        .request("tasks/cancel", json!({"taskId": created[2]}))
+        .await;
+    assert_eq!(r.last()["result"]["status"], "cancelled", "{r:?}");
+    let r = c
+        .request("tasks/get", json!({"taskId": format!("{}x", created[2])}))
+        .await;
+    assert_eq!(r.last()["error"]["code"], -32602, "{r:?}");
+
+    // Listed across both upstreams, two per upstream page: a second page holds the rest.
+    let mut listed = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..5 {
+        let params = match &cursor {
+            Some(c) => json!({ "cursor": c }),
+            None => json!({}),
+        };
+        let r = c.request("tasks/list", params).await;
+        let v = r.last().clone();
+        for t in v["result"]["tasks"].as_array().into_iter().flatten() {
+            listed.push(t["taskId"].as_str().unwrap_or_default().to_owned());
+        }
+        cursor = v["result"]["nextCursor"].as_str().map(str::to_owned);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    listed.sort();
+    created.sort();
+    assert_eq!(listed, created);
+    let r = c.request("tasks/list", json!({"cursor": "forged"})).await;
+    assert_eq!(r.last()["error"]["code"], -32602, "{r:?}");
+    gw.stop().await;
+    a.kill().await;
+    b.kill().await;
+}
