@@ -3,7 +3,8 @@
 //! tokens: a created task's id reaches the client as the gateway's public id, task methods
 //! find the owning upstream by it, another user's id is "not found", a client that did not
 //! declare the extension gets -32021. An upstream without tasks behind two replicas sharing
-//! a real Redis: the gateway runs the tasks, and either replica serves them.
+//! a real Redis: the gateway runs the tasks, and either replica serves them. Session-based
+//! clients (raw, and the official TypeScript SDK's task client) and the 2025-11-25 utility.
 
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use crate::support::config::{config, http, tenant, upstream};
 use crate::support::gateway::TestGateway;
 use crate::support::jws::{TestKey, claims, jwks};
 use crate::support::key_server::KeyServer;
-use crate::support::peers::{HttpPeer, free_port};
+use crate::support::peers::{HttpPeer, Sdk, free_port, run_client};
 use crate::support::redis::RedisServer;
 use switchyard::config::{AuthConfig, JwtAlgorithm};
 
@@ -467,6 +468,13 @@ async fn session_clients_use_their_upstreams_tasks_through_public_ids() {
     assert_eq!(listed, created);
     let r = c.request("tasks/list", json!({"cursor": "forged"})).await;
     assert_eq!(r.last()["error"]["code"], -32602, "{r:?}");
+
+    // The official TypeScript SDK's (experimental) task client, through the gateway.
+    let report = run_client(Sdk::TsV1, &gw.url("acme"), "tasks", &["--prefix", "b__"]).await;
+    assert_eq!(report["events"][0], "taskCreated", "{report}");
+    assert_eq!(report["result"], "slept 300ms", "{report}");
+    assert_eq!(report["streamResult"], "slept 300ms", "{report}");
+    assert_eq!(report["listed"], true, "{report}");
     gw.stop().await;
     a.kill().await;
     b.kill().await;
