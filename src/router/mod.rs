@@ -482,8 +482,10 @@ async fn route_by_name(
             ListKind::Tools => Call::ToolIn(req.params),
             _ => Call::Other,
         };
-        let as_task = kind == ListKind::Tools
-            && tasks::gateway_runs(session, upstream, None, req.params).await?;
+        let as_task = match kind {
+            ListKind::Tools => tasks::gateway_runs(session, upstream, None, req.params).await?,
+            _ => None,
+        };
         let slot = gates
             .admit(&tenant.for_limits(), principal, upstream, call)
             .await?;
@@ -534,8 +536,10 @@ async fn route_by_name(
             .check_call(&tenant.for_limits(), principal, upstream.name(), &own)
             .await?;
     }
-    let as_task = kind == ListKind::Tools
-        && tasks::gateway_runs(session, upstream, Some(&own), req.params).await?;
+    let as_task = match kind {
+        ListKind::Tools => tasks::gateway_runs(session, upstream, Some(&own), req.params).await?,
+        _ => None,
+    };
     // Last: a slot is held only by a call that is sent.
     let call = match kind {
         ListKind::Tools => Call::Tool(&own),
@@ -562,8 +566,8 @@ async fn route_by_name(
     .await
 }
 
-/// A tool call's answer: run as a task by the gateway (`task_run`), or with the id of a task
-/// the upstream created made public (`tasks`).
+/// A tool call's answer: run as a task by the gateway (`task_run`, with the place `as_task`
+/// took), or with the id of a task the upstream created made public (`tasks`).
 #[allow(clippy::too_many_arguments)]
 async fn tool_answer(
     gateway: &Gateway,
@@ -572,15 +576,15 @@ async fn tool_answer(
     upstream: &Upstream,
     client_id: &RawValue,
     kind: ListKind,
-    as_task: bool,
+    as_task: Option<task_run::TaskSlot>,
     reply: Reply,
 ) -> Result<Reply, GatewayError> {
-    match (kind, reply) {
-        (ListKind::Tools, Reply::Stream(s)) if as_task => {
-            task_run::start(gateway, tenant, session, s, client_id).await
+    match (kind, reply, as_task) {
+        (ListKind::Tools, Reply::Stream(s), Some(slot)) => {
+            task_run::start(gateway, tenant, session, s, slot, client_id).await
         }
-        (ListKind::Tools, reply) => Ok(tasks::publish(reply, tenant, session, upstream)),
-        (_, reply) => Ok(reply),
+        (ListKind::Tools, reply, _) => Ok(tasks::publish(reply, tenant, session, upstream)),
+        (_, reply, _) => Ok(reply),
     }
 }
 

@@ -35,6 +35,49 @@ const WATCH_EVERY: Duration = Duration::from_secs(1);
 /// How long a task method waits for the runner to act on it.
 const COMMAND_WAIT: Duration = Duration::from_secs(5);
 
+/// How many tasks the gateway runs at once for one user on one replica: each holds a call
+/// upstream after its client's request ended, outside the session's requests in flight.
+pub const MAX_RUNNING_PER_USER: usize = 64;
+
+/// Running tasks per replica, tenant and user (entries go when they reach zero).
+static PER_USER: LazyLock<DashMap<String, usize>> = LazyLock::new(DashMap::new);
+
+/// A place among the user's running tasks, taken before the call is sent, given back when the
+/// task's call ends (or is never made).
+pub(super) struct TaskSlot {
+    key: String,
+}
+
+impl TaskSlot {
+    pub(super) fn take(session: &LiveSession) -> Result<TaskSlot, GatewayError> {
+        let key = format!(
+            "{}/{}/{}",
+            session.bus.replica, session.key.tenant, session.key.user
+        );
+        let mut count = PER_USER.entry(key.clone()).or_insert(0);
+        if *count >= MAX_RUNNING_PER_USER {
+            return Err(GatewayError::LimitReached(crate::error::LimitRefusal {
+                limit: "gateway_tasks_per_user".into(),
+                what: format!("{MAX_RUNNING_PER_USER} running tasks per user"),
+                retry_after: Duration::from_secs(1),
+            }));
+        }
+        *count += 1;
+        Ok(TaskSlot { key })
+    }
+}
+
+impl Drop for TaskSlot {
+    fn drop(&mut self) {
+        if let dashmap::Entry::Occupied(mut e) = PER_USER.entry(self.key.clone()) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+    }
+}
+
 /// What a task method asks of the runner.
 enum Command {
     /// `tasks/update`'s `inputResponses` (raw JSON).
@@ -121,8 +164,11 @@ pub(super) async fn start(
     tenant: &Arc<Tenant>,
     session: &Arc<LiveSession>,
     stream: ForwardStream,
+    slot: TaskSlot,
     client_id: &RawValue,
 ) -> Result<Reply, GatewayError> {
+    // Dropping the call (cancel, or no record could be stored) cancels it upstream.
+    let stream = stream.cancel_on_drop();
     let id = SessionId::generate();
     let key = key_of(session, id.as_str()).ok_or(GatewayError::Internal)?;
     let now = now_ms();
@@ -148,20 +194,22 @@ pub(super) async fn start(
     body.insert("resultType".into(), "task".into());
     let runner = Runner {
         gateway: gateway.weak(),
+        _slot: slot,
         running,
         key,
         record,
         session: session.clone(),
         questions: Vec::new(),
     };
-    // Dropping the call (cancel) cancels it upstream.
-    tokio::spawn(runner.run(stream.cancel_on_drop(), rx));
+    tokio::spawn(runner.run(stream, rx));
     Ok(respond(client_id, body))
 }
 
 /// Reads one gateway-run task's call to its end.
 struct Runner {
     gateway: Weak<Gateway>,
+    /// The user's place among running tasks, given back when the runner ends.
+    _slot: TaskSlot,
     /// Its entry in `RUNNING`.
     running: String,
     key: SessionKey,

@@ -13,6 +13,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
 
+use super::task_run::TaskSlot;
 use super::{Reply, forward};
 use serde_json::value::RawValue;
 
@@ -101,15 +102,15 @@ pub(super) async fn gateway_runs(
     upstream: &Arc<Upstream>,
     name: Option<&str>,
     params: Option<&RawValue>,
-) -> Result<bool, GatewayError> {
+) -> Result<Option<TaskSlot>, GatewayError> {
     let declared = match tasks::request_declares(params) {
         Some(d) => d,
         None if tasks::declares_extension(&session.client_capabilities) => true,
-        None => return Ok(false),
+        None => return Ok(None),
     };
     super::ensure_link(session, upstream).await?;
     if offers_tasks(session, upstream) {
-        return Ok(false);
+        return Ok(None);
     }
     let name = match name {
         Some(n) => n.to_owned(),
@@ -118,14 +119,14 @@ pub(super) async fn gateway_runs(
             .and_then(|p| p.get_str("name").map(|n| n.into_owned()))
         {
             Some(n) => n,
-            None => return Ok(false),
+            None => return Ok(None),
         },
     };
     let support = Box::pin(super::catalog::task_support(session, upstream, &name)).await;
     match (support.as_deref(), declared) {
         (Some("required"), false) => Err(GatewayError::MissingClientExtension(EXTENSION)),
-        (Some("optional" | "required"), true) => Ok(true),
-        _ => Ok(false),
+        (Some("optional" | "required"), true) => TaskSlot::take(session).map(Some),
+        _ => Ok(None),
     }
 }
 
