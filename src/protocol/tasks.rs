@@ -146,6 +146,38 @@ pub fn rename_result_task_id(
     Some(jsonrpc::response_with_id(r.id, Outcome::Result(&edited)))
 }
 
+/// A notification or request to the client naming a task — `notifications/tasks/status`
+/// (`params.taskId`) or any message with `related-task` in its `params._meta` — with that id
+/// renamed; `None` when it names none.
+pub fn rename_message_task_id(
+    message: &[u8],
+    rename: impl FnOnce(&str) -> String,
+) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(message).ok()?;
+    if !jsonrpc::may_hold(text, "taskId") {
+        return None;
+    }
+    let (method, params, id) = match jsonrpc::parse(message).ok()? {
+        Message::Notification(n) => (n.method, n.params?, None),
+        Message::Request(r) => (r.method, r.params?, Some(r.id)),
+        Message::Response(_) => return None,
+    };
+    let mut obj = RawObject::parse(params).ok()?;
+    let edited = if method == "notifications/tasks/status" {
+        rename_task_id_in(obj, rename)?
+    } else {
+        let mut meta = RawObject::parse(obj.get("_meta")?).ok()?;
+        let related = RawObject::parse(meta.get(RELATED_TASK)?).ok()?;
+        meta.set(RELATED_TASK, rename_task_id_in(related, rename)?);
+        obj.set("_meta", meta.to_raw());
+        obj.to_raw()
+    };
+    Some(match id {
+        Some(id) => jsonrpc::request(id, &method, Some(&edited)),
+        None => jsonrpc::notification(&method, Some(&edited)),
+    })
+}
+
 /// `obj` (a result, a `Task`, notification params) with its task id renamed: `taskId` at its
 /// top, else in its `task` (a 2025-11-25 `CreateTaskResult`), else in its `related-task`
 /// `_meta`; `None` when it names no task.
@@ -207,6 +239,25 @@ mod tests {
         assert!(rename_result_task_id(plain, |_| unreachable!()).is_none());
         let error = br#"{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"taskId"}}"#;
         assert!(rename_result_task_id(error, |_| unreachable!()).is_none());
+    }
+
+    #[test]
+    fn task_ids_in_messages_to_the_client_are_renamed() {
+        let status = br#"{"jsonrpc":"2.0","method":"notifications/tasks/status","params":{"taskId":"t1","status":"completed"}}"#;
+        let out = rename_message_task_id(status, |id| format!("pub-{id}")).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["params"]["taskId"], "pub-t1", "{v}");
+        assert_eq!(v["params"]["status"], "completed", "{v}");
+        let ask = br#"{"jsonrpc":"2.0","id":"sy-1","method":"elicitation/create","params":{"message":"m","_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t2"}}}}"#;
+        let out = rename_message_task_id(ask, |id| format!("pub-{id}")).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            v["params"]["_meta"][RELATED_TASK]["taskId"], "pub-t2",
+            "{v}"
+        );
+        assert_eq!(v["id"], "sy-1", "{v}");
+        let progress = br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}"#;
+        assert!(rename_message_task_id(progress, |_| unreachable!()).is_none());
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::protocol::tasks::{self, EXTENSION};
 use crate::session::LiveSession;
 use crate::signing::CursorKey;
 use crate::tenant::Tenant;
-use crate::upstream::{FinalEdit, Upstream};
+use crate::upstream::{FinalEdit, ForwardStream, MessageEdit, Upstream};
 
 /// The public id of `upstream`'s task `task`, for `user` of `tenant`.
 pub fn public_id(tenant: &Tenant, user: &str, upstream: &str, task: &str) -> String {
@@ -144,14 +144,37 @@ pub(super) fn publish(
     if !offers_tool_tasks(session, upstream) {
         return Reply::Stream(stream);
     }
-    let tenant = tenant.clone();
-    let user = session.key.user.clone();
-    let upstream = upstream.name().to_owned();
-    let edit: FinalEdit = Box::new(move |body| {
-        tasks::rename_result_task_id(body, |own| public_id(&tenant, &user, &upstream, own))
-            .map(Bytes::from)
+    let namer = Arc::new(Namer {
+        tenant: tenant.clone(),
+        user: session.key.user.clone(),
+        upstream: upstream.name().to_owned(),
     });
-    Reply::Stream(stream.on_final(edit))
+    Reply::Stream(namer.edits(stream))
+}
+
+/// Names an upstream's tasks for one user of a tenant.
+struct Namer {
+    tenant: Arc<Tenant>,
+    user: Arc<str>,
+    upstream: String,
+}
+
+impl Namer {
+    fn public(&self, own: &str) -> String {
+        public_id(&self.tenant, &self.user, &self.upstream, own)
+    }
+
+    /// `stream` with the upstream's task ids made public in its messages and its answer.
+    fn edits(self: Arc<Self>, stream: ForwardStream) -> ForwardStream {
+        let for_messages = self.clone();
+        let messages: MessageEdit = Box::new(move |m| {
+            tasks::rename_message_task_id(m, |own| for_messages.public(own)).map(Bytes::from)
+        });
+        let edit: FinalEdit = Box::new(move |body| {
+            tasks::rename_result_task_id(body, |own| self.public(own)).map(Bytes::from)
+        });
+        stream.on_final(edit).on_message(messages)
+    }
 }
 
 /// `tasks/get`, `tasks/update`, `tasks/cancel` (and for session-based clients `tasks/result`
@@ -211,10 +234,15 @@ pub(super) async fn route(
     .await?;
     Ok(match reply {
         Reply::Stream(stream) => {
-            let edit: FinalEdit = Box::new(move |body| {
-                tasks::rename_result_task_id(body, |_| public).map(Bytes::from)
+            // What the upstream says about this task meanwhile (a question during
+            // `tasks/result`, a status) names it as the client does.
+            // Public ids are deterministic: the owner's id named again is the client's.
+            let namer = Arc::new(Namer {
+                tenant: tenant.clone(),
+                user: session.key.user.clone(),
+                upstream: upstream_name,
             });
-            Reply::Stream(stream.on_final(edit))
+            Reply::Stream(namer.edits(stream))
         }
         json => json,
     })

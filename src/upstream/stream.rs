@@ -34,6 +34,8 @@ pub struct ForwardStream {
 
 /// An edit of the final response: the new bytes, or `None` to leave it as it is.
 pub type FinalEdit = Box<dyn FnOnce(&[u8]) -> Option<Bytes> + Send + Sync>;
+/// An edit of a message sent before the response (a notification or a request to the client).
+pub type MessageEdit = Box<dyn Fn(&[u8]) -> Option<Bytes> + Send + Sync>;
 
 /// What a request holds while it runs and how its answer is edited: behind one thin pointer
 /// (`Inner::_held`), as only some requests have either.
@@ -43,6 +45,8 @@ struct Riders {
     held: Option<Box<dyn Send + Sync>>,
     /// Rewrites the final response on its way to the client (`ForwardStream::on_final`).
     on_final: Option<FinalEdit>,
+    /// Rewrites each message before the response (`ForwardStream::on_message`).
+    on_message: Option<MessageEdit>,
 }
 
 struct Inner {
@@ -146,10 +150,25 @@ impl ForwardStream {
         }
     }
 
+    /// Passes every message before the response through `edit` (the router's: task ids of
+    /// the upstream made the client's).
+    pub fn on_message(mut self, edit: MessageEdit) -> ForwardStream {
+        if let Some(inner) = self.inner.as_mut() {
+            inner._held.get_or_insert_with(Box::default).on_message = Some(edit);
+        }
+        self
+    }
+
     /// The next item; `None` once the final item has been returned.
     pub async fn next(&mut self) -> Option<StreamItem> {
         let inner = self.inner.as_mut()?;
         let mut item = inner.next().await;
+        if let StreamItem::Message(m, kind) = &item
+            && let Some(edit) = inner._held.as_ref().and_then(|r| r.on_message.as_ref())
+            && let Some(edited) = edit(m)
+        {
+            item = StreamItem::Message(edited, *kind);
+        }
         if !matches!(item, StreamItem::Message(..))
             && let Some(mut inner) = self.inner.take()
         {
