@@ -22,7 +22,7 @@ use crate::gateway::Gateway;
 use crate::jsonrpc::{self, Request};
 use crate::protocol::rewrite::ResultShape;
 use crate::protocol::tasks::{self, EXTENSION};
-use crate::session::LiveSession;
+use crate::session::{LiveSession, TaskNamer};
 use crate::signing::CursorKey;
 use crate::tenant::Tenant;
 use crate::upstream::{FinalEdit, ForwardStream, MessageEdit, Upstream};
@@ -144,12 +144,26 @@ pub(super) fn publish(
     if !offers_tool_tasks(session, upstream) {
         return Reply::Stream(stream);
     }
+    name_tasks_of(tenant, session);
     let namer = Arc::new(Namer {
         tenant: tenant.clone(),
         user: session.key.user.clone(),
         upstream: upstream.name().to_owned(),
     });
     Reply::Stream(namer.edits(stream))
+}
+
+/// Gives the session the namer of its tasks (what reaches its GET stream outside any
+/// request, `notifications/tasks/status`, is named with it in the upstream layer).
+pub(super) fn name_tasks_of(tenant: &Arc<Tenant>, session: &LiveSession) {
+    if session.task_namer.get().is_some() {
+        return;
+    }
+    let tenant = tenant.clone();
+    let user = session.key.user.clone();
+    let namer: TaskNamer =
+        Arc::new(move |upstream: &str, own: &str| public_id(&tenant, &user, upstream, own));
+    let _ = session.task_namer.set(namer);
 }
 
 /// Names an upstream's tasks for one user of a tenant.
@@ -192,6 +206,7 @@ pub(super) async fn route(
     if tasks::request_declares(req.params) == Some(false) {
         return Err(GatewayError::MissingClientExtension(EXTENSION));
     }
+    name_tasks_of(tenant, session);
     if req.method == "tasks/list" {
         return list(tenant, session, req).await;
     }

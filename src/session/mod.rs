@@ -20,6 +20,6 @@ pub use backend::SessionBackend;
 pub use directory::SessionDirectory;
 pub use in_flight::{InFlight, InFlightGuard};
 pub use legacy::LegacyStreams;
-pub use live::{GetSlot, LiveSession};
+pub use live::{GetSlot, LiveSession, TaskNamer};
 pub use processes::{ProcessCap, ProcessPermit, ProcessSource, Processes, Refusal};
 pub use tasks::MemoryTasks;
