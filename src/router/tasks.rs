@@ -103,10 +103,14 @@ pub(super) async fn gateway_runs(
     name: Option<&str>,
     params: Option<&RawValue>,
 ) -> Result<Option<TaskSlot>, GatewayError> {
-    let declared = match tasks::request_declares(params) {
-        Some(d) => d,
-        None if tasks::declares_extension(&session.client_capabilities) => true,
-        None => return Ok(None),
+    // A session-based client declared it at `initialize` or not at all: most calls are
+    // decided here without reading their params.
+    let declared = if session.protocol_version.is_stateless() {
+        tasks::request_declares(params).unwrap_or(false)
+    } else if tasks::declares_extension(&session.client_capabilities) {
+        true
+    } else {
+        return Ok(None);
     };
     super::ensure_link(session, upstream).await?;
     if offers_tasks(session, upstream) {
