@@ -223,6 +223,8 @@ impl Runner {
     async fn run(mut self, mut stream: ForwardStream, mut rx: mpsc::Receiver<Command>) {
         let mut watch = tokio::time::interval(WATCH_EVERY);
         watch.tick().await;
+        // A cancel is acknowledged once the call is dropped and the user's place given back.
+        let mut cancelled: Option<oneshot::Sender<()>> = None;
         loop {
             tokio::select! {
                 item = stream.next() => match item {
@@ -255,7 +257,7 @@ impl Runner {
                     Some(Command::Cancel(done)) => {
                         self.record.status = TaskStatus::Cancelled;
                         self.save().await;
-                        let _ = done.send(());
+                        cancelled = Some(done);
                         break;
                     }
                     None => break,
@@ -269,6 +271,11 @@ impl Runner {
             }
         }
         RUNNING.remove(&self.running);
+        drop(stream);
+        drop(self);
+        if let Some(done) = cancelled {
+            let _ = done.send(());
+        }
     }
 
     /// The call's answer: a result completes the task (a tool error too: `isError` is in

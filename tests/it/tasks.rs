@@ -479,3 +479,44 @@ async fn session_clients_use_their_upstreams_tasks_through_public_ids() {
     a.kill().await;
     b.kill().await;
 }
+
+/// Each gateway-run task holds a call upstream after its client's request ended: a user has
+/// at most 64 running at once on a replica, and a cancelled one gives its place back.
+#[tokio::test]
+async fn gateway_run_tasks_are_capped_per_user() {
+    let peer = HttpPeer::demo(free_port(), &["--conformance"]).await;
+    let gw = TestGateway::start(config(vec![tenant(
+        "acme",
+        vec![upstream("fx", http(&peer.url()))],
+    )]))
+    .await;
+    let c = RawClient::new(gw.url("acme"));
+    let mut ids = Vec::new();
+    for _ in 0..64 {
+        let r = call(&c, "slow_compute", json!({"seconds": 30})).await;
+        assert_eq!(r["result"]["resultType"], "task", "{r}");
+        ids.push(
+            r["result"]["taskId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+    }
+    let refused = call(&c, "slow_compute", json!({"seconds": 30})).await;
+    assert_eq!(refused["error"]["code"], -32029, "{refused}");
+    let ack = task(&c, "tasks/cancel", &ids[0], json!({})).await;
+    assert_eq!(ack["result"], json!({"resultType": "complete"}), "{ack}");
+    let again = call(&c, "slow_compute", json!({"seconds": 30})).await;
+    assert_eq!(again["result"]["resultType"], "task", "{again}");
+    ids.push(
+        again["result"]["taskId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    );
+    for id in &ids[1..] {
+        task(&c, "tasks/cancel", id, json!({})).await;
+    }
+    gw.stop().await;
+    peer.kill().await;
+}
