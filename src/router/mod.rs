@@ -500,7 +500,7 @@ async fn route_by_name(
         )
         .await?;
         return tool_answer(
-            gateway, tenant, session, upstream, req.id, kind, as_task, reply,
+            gateway, tenant, session, upstream, req.params, req.id, kind, as_task, reply,
         )
         .await;
     }
@@ -561,7 +561,7 @@ async fn route_by_name(
     )
     .await?;
     tool_answer(
-        gateway, tenant, session, upstream, req.id, kind, as_task, reply,
+        gateway, tenant, session, upstream, req.params, req.id, kind, as_task, reply,
     )
     .await
 }
@@ -574,6 +574,7 @@ async fn tool_answer(
     tenant: &Arc<Tenant>,
     session: &Arc<LiveSession>,
     upstream: &Upstream,
+    params: Option<&RawValue>,
     client_id: &RawValue,
     kind: ListKind,
     as_task: Option<task_run::TaskSlot>,
@@ -581,7 +582,7 @@ async fn tool_answer(
 ) -> Result<Reply, GatewayError> {
     match (kind, reply, as_task) {
         (ListKind::Tools, Reply::Stream(s), Some(slot)) => {
-            task_run::start(gateway, tenant, session, s, slot, client_id).await
+            task_run::start(gateway, tenant, session, s, slot, params, client_id).await
         }
         (ListKind::Tools, reply, _) => Ok(tasks::publish(reply, tenant, session, upstream)),
         (_, reply, _) => Ok(reply),

@@ -26,8 +26,23 @@ use crate::session::{LiveSession, SessionId, SessionKey, TaskRecord, TaskStatus}
 use crate::tenant::Tenant;
 use crate::upstream::{ForwardStream, StreamItem};
 
-/// How long a gateway-run task stays readable after it was created.
+/// How long a gateway-run task stays readable after it was created, unless its client asked
+/// for another ttl (`task.ttl` in the call's params) within [`MIN_TTL`, `MAX_TTL`].
 pub const TASK_TTL: Duration = Duration::from_secs(600);
+const MIN_TTL: Duration = Duration::from_secs(10);
+const MAX_TTL: Duration = Duration::from_secs(3600);
+
+/// The ttl the call asks for (`params.task.ttl`, milliseconds), bounded; else [`TASK_TTL`].
+fn requested_ttl(params: Option<&RawValue>) -> Duration {
+    params
+        .and_then(|p| jsonrpc::RawObject::parse(p).ok())
+        .and_then(|p| p.get("task").map(|t| t.get().to_owned()))
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .and_then(|t| t.get("ttl").and_then(Value::as_u64))
+        .map_or(TASK_TTL, |ms| {
+            Duration::from_millis(ms).clamp(MIN_TTL, MAX_TTL)
+        })
+}
 /// How often clients are asked to poll.
 const POLL_INTERVAL_MS: u64 = 500;
 /// How often a runner looks for a cancel written by another replica.
@@ -165,6 +180,7 @@ pub(super) async fn start(
     session: &Arc<LiveSession>,
     stream: ForwardStream,
     slot: TaskSlot,
+    params: Option<&RawValue>,
     client_id: &RawValue,
 ) -> Result<Reply, GatewayError> {
     // Dropping the call (cancel, or no record could be stored) cancels it upstream.
@@ -172,18 +188,19 @@ pub(super) async fn start(
     let id = SessionId::generate();
     let key = key_of(session, id.as_str()).ok_or(GatewayError::Internal)?;
     let now = now_ms();
+    let ttl = requested_ttl(params);
     let record = TaskRecord {
         status: TaskStatus::Working,
         created_ms: now,
         updated_ms: now,
-        ttl_ms: TASK_TTL.as_millis() as u64,
+        ttl_ms: ttl.as_millis() as u64,
         outcome: None,
         input_requests: None,
         replica: gateway.bus.replica.to_string(),
     };
     gateway
         .store
-        .put_task(&key, &record, TASK_TTL)
+        .put_task(&key, &record, ttl)
         .await
         .map_err(|_| GatewayError::StoreUnavailable)?;
     let public = super::tasks::public_id(tenant, &session.key.user, "", id.as_str());
@@ -490,6 +507,18 @@ pub(super) async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_requested_ttl_is_honoured_within_bounds() {
+        let p = |v: &str| RawValue::from_string(v.to_owned()).ok();
+        assert_eq!(requested_ttl(None), TASK_TTL);
+        let asked = p(r#"{"name":"x","task":{"ttl":60000}}"#);
+        assert_eq!(requested_ttl(asked.as_deref()), Duration::from_secs(60));
+        let tiny = p(r#"{"task":{"ttl":1}}"#);
+        assert_eq!(requested_ttl(tiny.as_deref()), MIN_TTL);
+        let huge = p(r#"{"task":{"ttl":99999999999}}"#);
+        assert_eq!(requested_ttl(huge.as_deref()), MAX_TTL);
+    }
 
     #[test]
     fn timestamps_are_iso_8601() {
