@@ -59,6 +59,12 @@ pub enum GatewayError {
     /// Serving the request needs client capabilities it did not declare (2026-07-28).
     #[error("Missing required client capability: {}", required.join(", "))]
     MissingClientCapability { required: Vec<String> },
+    /// Serving the request needs a client extension it did not declare (the tasks extension).
+    #[error("Missing required client capability: the {0} extension")]
+    MissingClientExtension(&'static str),
+    /// A task id that names no task of the caller's (SEP-2663: unknown is Invalid params).
+    #[error("Invalid params: task not found: {0}")]
+    TaskNotFound(String),
     /// A method the stateless revision does not serve here (HTTP 404, 2026-07-28).
     #[error("Method not found: {0}")]
     MethodNotServed(String),
@@ -287,7 +293,10 @@ impl GatewayError {
             BadHeader(_) => "bad_header",
             HeaderMismatch(_) => "header_mismatch",
             MissingMeta(_) => "missing_meta",
-            MissingClientCapability { .. } => "missing_client_capability",
+            MissingClientCapability { .. } | MissingClientExtension(_) => {
+                "missing_client_capability"
+            }
+            TaskNotFound(_) => "invalid_params",
             MethodNotServed(_) => "method_not_found",
             SessionRequired => "session_required",
             SessionParamRequired => "session_required",
@@ -340,6 +349,7 @@ impl GatewayError {
             | HeaderMismatch(_)
             | MissingMeta(_)
             | MissingClientCapability { .. }
+            | MissingClientExtension(_)
             | SessionRequired
             | SessionParamRequired
             | SessionNotOpened(_)
@@ -361,6 +371,7 @@ impl GatewayError {
             | InvalidParams(_)
             | ResourceNotFound { .. }
             | SubscriptionsNotOffered { .. }
+            | TaskNotFound(_)
             | NotInitialized
             | AlreadyInitialized
             | UpstreamUnavailable { .. }
@@ -382,7 +393,10 @@ impl GatewayError {
             SessionNotFound => code::SESSION_NOT_FOUND,
             HeaderMismatch(_) => code::HEADER_MISMATCH,
             MissingMeta(_) => code::INVALID_PARAMS,
-            MissingClientCapability { .. } => code::MISSING_CLIENT_CAPABILITY,
+            MissingClientCapability { .. } | MissingClientExtension(_) => {
+                code::MISSING_CLIENT_CAPABILITY
+            }
+            TaskNotFound(_) => code::INVALID_PARAMS,
             MethodNotServed(_) => code::METHOD_NOT_FOUND,
             TooManyRequests(_) | LimitReached(_) => code::LIMIT_REACHED,
             NotAcceptable { .. }
@@ -438,6 +452,9 @@ impl GatewayError {
                     .collect();
                 Some(serde_json::json!({ "requiredCapabilities": caps }))
             }
+            GatewayError::MissingClientExtension(name) => Some(serde_json::json!({
+                "requiredCapabilities": { "extensions": { *name: {} } }
+            })),
             GatewayError::TooManyRequests(r) | GatewayError::LimitReached(r) => {
                 Some(serde_json::json!({
                     "limit": r.limit,

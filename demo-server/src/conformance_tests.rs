@@ -112,6 +112,12 @@ fn fixture_catalog_and_capabilities() {
             "test_streaming_elicitation",
             "test_logging_tool",
             "test_mcp_param_headers",
+            "greet",
+            "slow_compute",
+            "failing_job",
+            "protocol_error_job",
+            "confirm_delete",
+            "multi_input",
         ]
     );
     for t in tools["result"]["tools"].as_array().unwrap() {

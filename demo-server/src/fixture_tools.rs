@@ -33,8 +33,15 @@ pub(crate) enum FixtureJob {
     Logging,
     Progress,
     Reconnection,
-    Sampling { prompt: String },
-    Elicit { form: Form, message: String },
+    Sampling {
+        prompt: String,
+    },
+    Elicit {
+        form: Form,
+        message: String,
+    },
+    /// A task-supporting tool run the session-based way (`tasks::SessionJob`).
+    Task(super::tasks::SessionJob),
 }
 
 /// Which elicitation form a tool asks for.
@@ -87,8 +94,12 @@ pub(crate) fn list_result(stateless: bool) -> Vec<u8> {
                          verbose travel in Mcp-Param-* headers too (x-mcp-header).",
          "inputSchema": param_headers_schema()},
     ]);
-    if stateless && let Some(list) = tools.as_array_mut() {
-        list.extend(super::fixture_mrtr::tools());
+    if let Some(list) = tools.as_array_mut() {
+        if stateless {
+            list.extend(super::fixture_mrtr::tools());
+        }
+        // Session-based, the task tools run as ordinary calls (a gateway runs them as tasks).
+        list.extend(super::tasks::tools(stateless));
     }
     encode(&json!({ "tools": tools }))
 }
@@ -216,10 +227,14 @@ pub(crate) fn call(
             form: Form::Enums,
             message: "Please select options from the enum fields".to_owned(),
         },
-        _ => {
-            let msg = format!("Unknown tool: {name}");
-            return Outcome::Reply(wire::error(Some(id), INVALID_PARAMS, &msg));
-        }
+        _ => match super::tasks::SessionJob::of(name, args) {
+            Some(Ok(job)) => FixtureJob::Task(job),
+            Some(Err(reply)) => return Outcome::Reply(reply(id)),
+            None => {
+                let msg = format!("Unknown tool: {name}");
+                return Outcome::Reply(wire::error(Some(id), INVALID_PARAMS, &msg));
+            }
+        },
     };
     if let Some(cap) = job.needs()
         && !session.peer.supports(cap)
@@ -257,6 +272,7 @@ impl FixtureJob {
         match self {
             FixtureJob::Sampling { .. } => Some(Capability::Sampling),
             FixtureJob::Elicit { .. } => Some(Capability::Elicitation),
+            FixtureJob::Task(t) => t.needs(),
             FixtureJob::Logging | FixtureJob::Progress | FixtureJob::Reconnection => None,
         }
     }
@@ -266,6 +282,7 @@ impl FixtureJob {
         match self {
             FixtureJob::Progress => has_token,
             FixtureJob::Reconnection => false,
+            FixtureJob::Task(t) => t.needs().is_some(),
             FixtureJob::Logging | FixtureJob::Sampling { .. } | FixtureJob::Elicit { .. } => true,
         }
     }
@@ -328,6 +345,7 @@ impl FixtureJob {
                     Err(e) => wire::tool_text(id, &e.to_string(), true),
                 }
             }
+            FixtureJob::Task(t) => t.run(peer, id, out).await,
             FixtureJob::Elicit { form, message } => {
                 let params =
                     json!({"message": message, "requestedSchema": requested_schema(*form)});

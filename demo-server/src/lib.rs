@@ -21,6 +21,7 @@ mod modern;
 mod peer;
 mod server;
 mod stdio;
+mod tasks;
 mod tools;
 mod wire;
 
@@ -70,6 +71,9 @@ pub struct DemoOptions {
     /// requests whose `_meta` names that revision (with `conformance`, the multi round-trip
     /// tools too). Without it the server is session-based only.
     pub stateless: bool,
+    /// Offer the 2025-11-25 `tasks` utility (session-based): `sleep` becomes task-supporting,
+    /// a `tools/call` with `task` creates a task, `tasks/get|result|cancel|list` serve them.
+    pub tasks: bool,
 }
 
 /// Serves one session as newline-delimited JSON on stdin/stdout until stdin reaches EOF.

@@ -46,6 +46,9 @@ struct Cli {
     /// Also speak 2026-07-28 (stateless: server/discover, no handshake needed).
     #[arg(long)]
     stateless: bool,
+    /// Offer the 2025-11-25 tasks utility (`sleep` runs as a task when asked).
+    #[arg(long)]
+    tasks: bool,
     /// Append every received message to this file (one JSON per line).
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -85,6 +88,7 @@ fn main() -> ExitCode {
         trace_file: cli.trace,
         extra_tools: cli.extra_tools,
         stateless: cli.stateless,
+        tasks: cli.tasks,
     };
     let result = match (cli.stdio, cli.http) {
         (true, _) => runtime.block_on(serve_stdio(opts)),

@@ -143,6 +143,8 @@ pub(crate) fn discover(
         "supportedVersions": supported,
         "capabilities": capabilities,
         "instructions": instructions,
+        "ttlMs": 0,
+        "cacheScope": "private",
         "_meta": {"io.modelcontextprotocol/serverInfo":
                   {"name": name, "version": env!("CARGO_PKG_VERSION")}},
     });

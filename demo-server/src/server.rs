@@ -19,6 +19,7 @@ use super::DemoOptions;
 use super::inflight::{Deferred, IdKey, InFlight, Job, id_key};
 use super::modern::{self, Modern};
 use super::peer::{LOG_LEVELS, PEER_TIMEOUT, Peer};
+use super::tasks::{self, Served, Tasks};
 use super::tools::{self, ToolRun, ToolSet, Transport};
 use super::wire::{self, INVALID_PARAMS, METHOD_NOT_FOUND, Message};
 use super::{catalog, fixture, fixture_mrtr, fixture_tools};
@@ -49,8 +50,12 @@ pub(crate) struct Server {
     trace: Option<Mutex<File>>,
     /// For `server/discover`: the server's name, capabilities and instructions.
     name: String,
-    capabilities: &'static [u8],
+    capabilities: Cow<'static, [u8]>,
     instructions: &'static str,
+    /// The fixture's tasks (the tasks extension, stateless requests), and with `--tasks` the
+    /// session-based ones (2025-11-25).
+    tasks: Arc<Tasks>,
+    session_tasks: bool,
     /// Signs the `requestState` of the fixture's multi round-trip tools.
     state_key: CursorKey,
     /// Speaking the stateless revision too.
@@ -80,9 +85,14 @@ impl Server {
         } else {
             (CAPABILITIES, INSTRUCTIONS)
         };
+        let capabilities: Cow<'static, [u8]> = if opts.tasks {
+            tasks::with_session_tasks(capabilities).into()
+        } else {
+            capabilities.into()
+        };
         let mut init_tail = Vec::with_capacity(320);
         init_tail.extend_from_slice(b"\",\"capabilities\":");
-        init_tail.extend_from_slice(capabilities);
+        init_tail.extend_from_slice(&capabilities);
         init_tail.extend_from_slice(b",\"serverInfo\":{\"name\":");
         wire::push_str(&mut init_tail, name);
         init_tail.extend_from_slice(b",\"version\":");
@@ -96,7 +106,7 @@ impl Server {
             )),
             None => None,
         };
-        let (tools_list, prompts_list, resources_list, templates_list) = if opts.conformance {
+        let (mut tools_list, prompts_list, resources_list, templates_list) = if opts.conformance {
             (
                 fixture_tools::list_result(opts.stateless),
                 fixture::prompts_list(opts.stateless).into(),
@@ -115,6 +125,9 @@ impl Server {
                 catalog::TEMPLATES_LIST.into(),
             )
         };
+        if opts.tasks {
+            tools_list = tasks::task_supporting(&tools_list, "sleep");
+        }
         let server = Server {
             tools: ToolSet {
                 test: opts.test_tools && !opts.conformance,
@@ -131,8 +144,15 @@ impl Server {
             templates_list,
             trace,
             name: name.to_owned(),
-            capabilities,
+            // The fixture offers the tasks extension to stateless requests (`server/discover`).
+            capabilities: if opts.conformance && opts.stateless {
+                tasks::with_extension(&capabilities).into()
+            } else {
+                capabilities
+            },
+            session_tasks: opts.tasks,
             instructions,
+            tasks: Arc::default(),
             state_key: CursorKey::random(),
             stateless: opts.stateless,
         };
@@ -362,7 +382,7 @@ impl Session {
             let reply = modern::discover(
                 id,
                 &SUPPORTED_VERSIONS,
-                s.capabilities,
+                &s.capabilities,
                 &s.name,
                 s.instructions,
             );
@@ -391,6 +411,14 @@ impl Session {
         {
             return Outcome::Reply(modern::complete(reply, method));
         }
+        if self.server.fixture
+            && let Some(served) = self.server.tasks.request(&stateless, id, method, params)
+        {
+            return match served {
+                Served::Reply(reply) => Outcome::Reply(modern::complete(reply, method)),
+                Served::Sleep(ms) => self.defer(id, None, Job::Sleep { ms, steps: 0 }),
+            };
+        }
         match self.request_in_session(id, method, params) {
             Outcome::Reply(reply) if matches!(method, "resources/read" | "resources/metadata") => {
                 Outcome::Reply(modern::complete(modern::not_found(reply, params), method))
@@ -411,6 +439,12 @@ impl Session {
             && let Some(reply) = fixture::request(&self.peer, id, method, params)
         {
             return Outcome::Reply(reply);
+        }
+        if self.server.session_tasks
+            && let Some(outcome) =
+                tasks::session_request(self, &self.server.tasks, id, method, params)
+        {
+            return outcome;
         }
         let reply = match method {
             "tools/call" => return self.call_tool(id, params),

@@ -68,6 +68,17 @@ impl Keys {
         format!("{}:v1:sess:{}", self.prefix, Self::tag(key))
     }
 
+    /// A gateway-run task's record (JSON), expiring with the task's ttl.
+    pub fn task(&self, key: &SessionKey) -> String {
+        format!("{}:v1:task:{}", self.prefix, Self::tag(key))
+    }
+
+    /// Answers for a gateway-run task's questions taken by another replica than the one
+    /// running it (a list of `inputResponses` objects), until that one takes them.
+    pub fn task_input(&self, key: &SessionKey) -> String {
+        format!("{}:v1:task-in:{}", self.prefix, Self::tag(key))
+    }
+
     /// `<tenant>\n<user>` owning a session id: only consulted to log a presented id that
     /// belongs to someone else (never to find a session).
     pub fn owner(&self, id: &SessionId) -> String {

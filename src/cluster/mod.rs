@@ -8,6 +8,7 @@ mod events;
 mod keys;
 mod migrate;
 mod sessions;
+mod tasks;
 
 use std::future::Future;
 use std::time::Duration;

@@ -180,14 +180,13 @@ async fn request(
         .await
 }
 
-/// The name or URI a request targets (`Mcp-Name`, checked for the methods of this revision
-/// that have one; also what a `requestState` is bound to and the URI of a translated
-/// "resource not found").
+/// The name, URI or task a request targets: what `Mcp-Name` must say for the methods that
+/// have one, what a `requestState` is bound to, and the URI of a translated "resource not
+/// found" (`resources/metadata` has a URI but no `Mcp-Name`).
 fn target_name(method: &str, params: Option<&RawObject<'_>>) -> Option<String> {
     let field = match method {
-        "tools/call" | "prompts/get" => "name",
-        "resources/read" | "resources/metadata" => "uri",
-        _ => return None,
+        "resources/metadata" => "uri",
+        other => modern::name_field(other)?,
     };
     params?.get_str(field).map(|s| s.into_owned())
 }
@@ -227,10 +226,7 @@ fn check_headers(
             req.method
         )));
     }
-    if !matches!(
-        &*req.method,
-        "tools/call" | "prompts/get" | "resources/read"
-    ) {
+    if modern::name_field(&req.method).is_none() {
         return Ok(());
     }
     let header = single(headers, mcp::NAME)?

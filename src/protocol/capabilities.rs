@@ -8,8 +8,9 @@ use serde_json::{Map, Value};
 /// and the router answers per upstream for the rest (a subscription to a resource whose
 /// upstream lacks `resources.subscribe` is refused, never forwarded; `resources/metadata`,
 /// which `resources` implies (SEP-2093), is answered from the catalog for upstreams without it).
-/// Capabilities the gateway cannot route yet (e.g. `tasks`) are left out; `experimental`
-/// entries are merged key by key (first upstream wins on a clash).
+/// Capabilities the gateway cannot route are left out; `experimental` entries are merged key
+/// by key (first upstream wins on a clash); `tasks` and, of `extensions`, the tasks extension
+/// are merged by `protocol::tasks` (tasks are routed by their id).
 pub fn merge<'a>(upstreams: impl IntoIterator<Item = &'a Value>) -> Value {
     let mut out = Map::new();
     for caps in upstreams {
@@ -28,6 +29,8 @@ pub fn merge<'a>(upstreams: impl IntoIterator<Item = &'a Value>) -> Value {
                 }
             }
         }
+        super::tasks::merge_extension(caps, &mut out);
+        super::tasks::merge_session_tasks(caps, &mut out);
         if let Some(Value::Object(exp)) = caps.get("experimental") {
             let entry = out
                 .entry("experimental")
@@ -71,7 +74,7 @@ mod tests {
 
     #[test]
     fn merge_unions_and_ors_flags() {
-        let a = json!({"tools": {"listChanged": false}, "logging": {}, "tasks": {"list": {}}});
+        let a = json!({"tools": {"listChanged": false}, "logging": {}, "sampling": {}});
         let b = json!({"tools": {"listChanged": true}, "resources": {"subscribe": true},
                        "experimental": {"x": {"a": 1}}});
         let merged = merge([&a, &b]);

@@ -10,6 +10,7 @@ pub mod method;
 pub mod modern;
 pub mod param_headers;
 pub mod rewrite;
+pub mod tasks;
 pub mod tools;
 pub mod version;
 

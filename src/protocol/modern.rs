@@ -100,6 +100,17 @@ impl RequestMeta {
     }
 }
 
+/// The body field a request's `Mcp-Name` header mirrors, for the methods that have one: the
+/// name or URI it targets (SEP-2243), or the task it addresses (SEP-2663).
+pub fn name_field(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    }
+}
+
 /// The sentinel wrapping a Base64-encoded header value.
 const SENTINEL_OPEN: &str = "=?base64?";
 const SENTINEL_CLOSE: &str = "?=";

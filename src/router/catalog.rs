@@ -327,6 +327,31 @@ pub async fn param_headers(
         .find_map(|p| p.param_headers.get(name).cloned())
 }
 
+/// The `execution.taskSupport` of tool `name` (the upstream's own name) of `upstream`, from
+/// its cached pages; `None` when the tool says nothing or is not listed.
+pub async fn task_support(
+    session: &Arc<LiveSession>,
+    upstream: &Arc<Upstream>,
+    name: &str,
+) -> Option<String> {
+    let pages = all_ids(session, upstream, ListKind::Tools).await.ok()?;
+    pages.iter().find_map(|p| {
+        let i = p.ids.iter().position(|id| &**id == name)?;
+        let item = p.items.get(i)?;
+        // Most tools say nothing: their definition is not parsed.
+        if !crate::jsonrpc::may_hold(item.get(), "taskSupport") {
+            return None;
+        }
+        let tool: serde_json::Value = serde_json::from_str(item.get()).ok()?;
+        Some(
+            tool.get("execution")?
+                .get("taskSupport")?
+                .as_str()?
+                .to_owned(),
+        )
+    })
+}
+
 /// Every identifier `upstream` offers in list `kind` (walking its cached pages).
 async fn all_ids(
     session: &Arc<LiveSession>,

@@ -9,6 +9,8 @@ pub mod mrtr;
 mod names;
 mod resources;
 pub mod stateless;
+mod task_run;
+pub mod tasks;
 
 use std::sync::Arc;
 
@@ -78,6 +80,12 @@ pub async fn handle_request(
         Method::ServerDiscover => Err(GatewayError::MethodNotFound(
             "server/discover is not available in a session negotiated with initialize".into(),
         )),
+        _ if crate::protocol::tasks::is_task_method(&req.method)
+            || (crate::protocol::tasks::is_session_task_method(&req.method)
+                && !session.protocol_version.is_stateless()) =>
+        {
+            tasks::route(gateway, tenant, session, req).await
+        }
         _ if tenant.is_transparent() => {
             let upstream = &tenant.upstreams[0];
             pass_through(session, upstream, req).await
@@ -492,10 +500,14 @@ async fn route_by_name(
             ListKind::Tools => Call::ToolIn(req.params),
             _ => Call::Other,
         };
+        let as_task = match kind {
+            ListKind::Tools => tasks::gateway_runs(session, upstream, None, req.params).await?,
+            _ => None,
+        };
         let slot = gates
             .admit(&tenant.for_limits(), principal, upstream, call)
             .await?;
-        return forward(
+        let reply = forward(
             session,
             upstream,
             &req.method,
@@ -503,6 +515,10 @@ async fn route_by_name(
             req.id,
             Some(shape),
             slot,
+        )
+        .await?;
+        return tool_answer(
+            gateway, tenant, session, upstream, req.params, req.id, kind, as_task, reply,
         )
         .await;
     }
@@ -550,6 +566,10 @@ async fn route_by_name(
             .check_call(&tenant.for_limits(), principal, upstream.name(), &own)
             .await?;
     }
+    let as_task = match kind {
+        ListKind::Tools => tasks::gateway_runs(session, upstream, Some(&own), req.params).await?,
+        _ => None,
+    };
     // Last: a slot is held only by a call that is sent.
     let call = match kind {
         ListKind::Tools => Call::Tool(&own),
@@ -560,7 +580,7 @@ async fn route_by_name(
         .await?;
     params.set("name", jsonrpc::raw_string(&own));
     let params = params.to_raw();
-    forward(
+    let reply = forward(
         session,
         upstream,
         &req.method,
@@ -569,7 +589,34 @@ async fn route_by_name(
         Some(shape),
         slot,
     )
+    .await?;
+    tool_answer(
+        gateway, tenant, session, upstream, req.params, req.id, kind, as_task, reply,
+    )
     .await
+}
+
+/// A tool call's answer: run as a task by the gateway (`task_run`, with the place `as_task`
+/// took), or with the id of a task the upstream created made public (`tasks`).
+#[allow(clippy::too_many_arguments)]
+async fn tool_answer(
+    gateway: &Gateway,
+    tenant: &Arc<Tenant>,
+    session: &Arc<LiveSession>,
+    upstream: &Upstream,
+    params: Option<&RawValue>,
+    client_id: &RawValue,
+    kind: ListKind,
+    as_task: Option<task_run::TaskSlot>,
+    reply: Reply,
+) -> Result<Reply, GatewayError> {
+    match (kind, reply, as_task) {
+        (ListKind::Tools, Reply::Stream(s), Some(slot)) => {
+            task_run::start(gateway, tenant, session, s, slot, params, client_id).await
+        }
+        (ListKind::Tools, reply, _) => Ok(tasks::publish(reply, tenant, session, upstream)),
+        (_, reply, _) => Ok(reply),
+    }
 }
 
 /// `resources/read|subscribe|unsubscribe`: the namespaced `uri` selects the upstream. A read

@@ -114,7 +114,13 @@ pub fn discover(tenant: &Tenant, session: &LiveSession, id: &RawValue) -> Bytes 
         "supportedVersions".into(),
         json!(ProtocolVersion::served_list()),
     );
-    let (caps, instructions) = offered_to(tenant, session);
+    let (mut caps, instructions) = offered_to(tenant, session);
+    // The gateway runs tasks for upstreams without them (`task_run`): it offers the extension.
+    // The 2025-11-25 `tasks` capability is not this revision's (the extension replaced it).
+    if let Some(c) = caps.as_object_mut() {
+        crate::protocol::tasks::offer_extension(c);
+        c.remove("tasks");
+    }
     result.insert("capabilities".into(), caps);
     let mut meta = Map::new();
     meta.insert(modern::meta::SERVER_INFO.into(), server_info(tenant));

@@ -114,7 +114,13 @@ pub struct LiveSession {
     log_level: Mutex<Option<Arc<str>>>,
     /// The client's capabilities and info as raw JSON, for stateless upstreams' `_meta`.
     client_meta: std::sync::OnceLock<crate::protocol::modern::ClientMeta>,
+    /// Names an upstream's task for this client (`upstream`, own id → public id): given by
+    /// the router (`router::tasks`, the tenant's key) when the session first meets a task.
+    pub task_namer: std::sync::OnceLock<TaskNamer>,
 }
+
+/// See `LiveSession::task_namer`.
+pub type TaskNamer = Arc<dyn Fn(&str, &str) -> String + Send + Sync>;
 
 impl LiveSession {
     pub fn new(
@@ -173,6 +179,7 @@ impl LiveSession {
             bus,
             log_level: Mutex::default(),
             client_meta: std::sync::OnceLock::new(),
+            task_namer: std::sync::OnceLock::new(),
         }
     }
 

@@ -60,6 +60,10 @@ impl ClientSession for LiveSession {
         LiveSession::deliver_unsolicited(self, bytes)
     }
 
+    fn public_task_id(&self, upstream: &str, own: &str) -> Option<String> {
+        self.task_namer.get().map(|name| name(upstream, own))
+    }
+
     fn deliver_or(&self, bytes: Bytes, undeliverable: Box<dyn FnOnce() + Send>) -> bool {
         LiveSession::deliver_or(self, bytes, undeliverable)
     }

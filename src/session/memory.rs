@@ -18,6 +18,8 @@ pub struct MemorySessionStore {
     entries: DashMap<SessionKey, Entry>,
     /// Session id → its key, to report ids presented by someone else.
     owners: DashMap<SessionId, SessionKey>,
+    /// Gateway-run tasks' records (`session::tasks`).
+    pub(super) tasks: super::MemoryTasks,
 }
 
 impl MemorySessionStore {

@@ -10,14 +10,16 @@ mod legacy;
 mod live;
 pub mod memory;
 mod processes;
+mod tasks;
 
 pub use crate::store::{
     ClientTransport, HashedId, SessionId, SessionKey, SessionRecord, SessionStore, StoreError,
-    UpstreamSessionRecord,
+    TaskRecord, TaskStatus, UpstreamSessionRecord,
 };
 pub use backend::SessionBackend;
 pub use directory::{DirectoryUsage, SessionDirectory};
 pub use in_flight::{InFlight, InFlightGuard};
 pub use legacy::LegacyStreams;
-pub use live::{GetSlot, LiveSession};
+pub use live::{GetSlot, LiveSession, TaskNamer};
 pub use processes::{ProcessCap, ProcessPermit, ProcessSource, Processes, Refusal};
+pub use tasks::MemoryTasks;

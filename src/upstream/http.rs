@@ -27,7 +27,7 @@ const ANSWERED_HTTP: &str = "it answered HTTP ";
 pub(super) const CLIENT_ERROR_STATUS: &str = "it answered HTTP 4";
 
 /// The headers a request of the stateless revision mirrors from its body: `Mcp-Method`,
-/// `Mcp-Name` for the methods that target a name or URI, and a tool call's `Mcp-Param-*`.
+/// `Mcp-Name` for the methods that target a name, URI or task, and a tool call's `Mcp-Param-*`.
 pub struct McpHeaders {
     method: HeaderValue,
     name: Option<HeaderValue>,
@@ -41,11 +41,7 @@ impl McpHeaders {
         params: Option<&serde_json::value::RawValue>,
         mirror: Option<&ParamHeaders>,
     ) -> Option<McpHeaders> {
-        let field = match method {
-            "tools/call" | "prompts/get" => Some("name"),
-            "resources/read" => Some("uri"),
-            _ => None,
-        };
+        let field = crate::protocol::modern::name_field(method);
         let name = field
             .and_then(|f| {
                 crate::jsonrpc::RawObject::parse(params?)

@@ -183,7 +183,12 @@ impl Connection {
         }
         match self.owner_session() {
             Some(s) => {
-                s.deliver_unsolicited(bytes.clone());
+                // A task's status, or a message about a task: named as the client knows it.
+                let renamed = crate::protocol::tasks::rename_message_task_id(bytes, |own| {
+                    s.public_task_id(&self.info.name, own)
+                        .unwrap_or_else(|| own.to_owned())
+                });
+                s.deliver_unsolicited(renamed.map_or_else(|| bytes.clone(), Bytes::from));
             }
             None if self.is_shared() => {
                 tracing::debug!(upstream = %self.info.name, method = %n.method, "unsolicited notification on a shared connection not relayed (no single owner)");

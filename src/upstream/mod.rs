@@ -38,7 +38,7 @@ pub use owner::{Broadcast, ClientSession, Owner};
 pub use retry::Answer;
 pub use server_requests::{ProgressMapping, ServerRequestRoute, ServerRequests, answer, refuse};
 pub use stdio::LinkState;
-pub use stream::{ForwardStream, StreamItem};
+pub use stream::{FinalEdit, ForwardStream, MessageEdit, StreamItem};
 
 use crate::config::{Limits, StdioSharing, UpstreamConfig, UpstreamTransport};
 use crate::error::GatewayError;

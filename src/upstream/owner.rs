@@ -47,6 +47,12 @@ pub trait ClientSession: Send + Sync {
     fn mark_dirty(&self);
     /// An unsolicited notification for the client's GET stream; false if none takes it.
     fn deliver_unsolicited(&self, bytes: Bytes) -> bool;
+    /// The id the client knows `upstream`'s task `own` by (tasks), once the router named
+    /// this session's tasks; `None` before.
+    fn public_task_id(&self, upstream: &str, own: &str) -> Option<String> {
+        let _ = (upstream, own);
+        None
+    }
     /// A request to the client on its GET stream; `undeliverable` runs if no replica turns out
     /// to hold one (false: known at once).
     fn deliver_or(&self, bytes: Bytes, undeliverable: Box<dyn FnOnce() + Send>) -> bool;

@@ -32,6 +32,23 @@ pub struct ForwardStream {
     inner: Option<Inner>,
 }
 
+/// An edit of the final response: the new bytes, or `None` to leave it as it is.
+pub type FinalEdit = Box<dyn FnOnce(&[u8]) -> Option<Bytes> + Send + Sync>;
+/// An edit of a message sent before the response (a notification or a request to the client).
+pub type MessageEdit = Box<dyn Fn(&[u8]) -> Option<Bytes> + Send + Sync>;
+
+/// What a request holds while it runs and how its answer is edited: behind one thin pointer
+/// (`Inner::_held`), as only some requests have either.
+#[derive(Default)]
+struct Riders {
+    /// A gated upstream's slot (`ForwardStream::holding`).
+    held: Option<Box<dyn Send + Sync>>,
+    /// Rewrites the final response on its way to the client (`ForwardStream::on_final`).
+    on_final: Option<FinalEdit>,
+    /// Rewrites each message before the response (`ForwardStream::on_message`).
+    on_message: Option<MessageEdit>,
+}
+
 struct Inner {
     rx: super::sink::EventSource,
     conn: Arc<Connection>,
@@ -54,10 +71,10 @@ struct Inner {
     /// Whether dropping the stream before its end cancels the upstream request.
     cancel_on_drop: bool,
     /// What the request holds while it runs (a gated upstream's slot, `limits.concurrency`):
-    /// given back when the request ends, however it ends (dropped with the rest).
-    /// Boxed twice: a thin pointer keeps every `ForwardStream` (and `router::Reply`) small,
-    /// and only gated calls hold something.
-    _held: Option<Box<Box<dyn Send + Sync>>>,
+    /// given back when the request ends, however it ends (dropped with the rest); and the
+    /// edit of its answer (a task id made public). A thin pointer keeps every
+    /// `ForwardStream` (and `router::Reply`) small, and only some requests have either.
+    _held: Option<Box<Riders>>,
 }
 
 impl ForwardStream {
@@ -105,7 +122,8 @@ impl ForwardStream {
     /// Holds `held` (a gated upstream's slot, `limits.concurrency`) until the request ends.
     pub fn holding(mut self, held: Option<impl Send + Sync + 'static>) -> ForwardStream {
         if let Some(inner) = self.inner.as_mut() {
-            inner._held = held.map(|h| Box::new(Box::new(h) as Box<dyn Send + Sync>));
+            inner._held.get_or_insert_with(Box::default).held =
+                held.map(|h| Box::new(h) as Box<dyn Send + Sync>);
         }
         self
     }
@@ -119,6 +137,15 @@ impl ForwardStream {
         self
     }
 
+    /// Passes the final response through `edit` (the router's: task ids of the upstream made
+    /// the client's) before it is returned.
+    pub fn on_final(mut self, edit: FinalEdit) -> ForwardStream {
+        if let Some(inner) = self.inner.as_mut() {
+            inner._held.get_or_insert_with(Box::default).on_final = Some(edit);
+        }
+        self
+    }
+
     /// Marks the request as waiting for its client's answers (parked) or not.
     pub fn set_waiting(&self, waiting: bool) {
         if let Some(inner) = self.inner.as_ref() {
@@ -126,13 +153,34 @@ impl ForwardStream {
         }
     }
 
+    /// Passes every message before the response through `edit` (the router's: task ids of
+    /// the upstream made the client's).
+    pub fn on_message(mut self, edit: MessageEdit) -> ForwardStream {
+        if let Some(inner) = self.inner.as_mut() {
+            inner._held.get_or_insert_with(Box::default).on_message = Some(edit);
+        }
+        self
+    }
+
     /// The next item; `None` once the final item has been returned.
     pub async fn next(&mut self) -> Option<StreamItem> {
         let inner = self.inner.as_mut()?;
-        let item = inner.next().await;
-        if !matches!(item, StreamItem::Message(..))
-            && let Some(inner) = self.inner.take()
+        let mut item = inner.next().await;
+        if let StreamItem::Message(m, kind) = &item
+            && let Some(edit) = inner._held.as_ref().and_then(|r| r.on_message.as_ref())
+            && let Some(edited) = edit(m)
         {
+            item = StreamItem::Message(edited, *kind);
+        }
+        if !matches!(item, StreamItem::Message(..))
+            && let Some(mut inner) = self.inner.take()
+        {
+            let edit = inner._held.as_mut().and_then(|r| r.on_final.take());
+            if let (StreamItem::Final(body), Some(edit)) = (&item, edit)
+                && let Some(edited) = edit(body)
+            {
+                item = StreamItem::Final(edited);
+            }
             inner.finish();
         }
         Some(item)

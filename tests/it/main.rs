@@ -39,6 +39,7 @@ mod session_store;
 mod stateless;
 mod stateless_upstream;
 mod status;
+mod tasks;
 mod telemetry;
 mod three_upstreams;
 mod tls;

@@ -20,7 +20,7 @@
 // --prefix Only consider tools whose name starts with P (the gateway may expose
 //          the same tool from several upstreams as `<upstream>__<tool>`).
 //
-// Scenarios: see SCENARIOS below (currently: everything, roundtrips, paging)
+// Scenarios: see SCENARIOS below (currently: everything, roundtrips, paging, tasks)
 // and tests/peers/README.md.
 
 import {
@@ -43,7 +43,7 @@ class RecordingSSEClientTransport extends SSEClientTransport {
     super.setProtocolVersion(version);
   }
 }
-const { CreateMessageRequestSchema, ElicitRequestSchema } = await importPeer('@modelcontextprotocol/sdk/types.js');
+const { CallToolResultSchema, CreateMessageRequestSchema, ElicitRequestSchema } = await importPeer('@modelcontextprotocol/sdk/types.js');
 
 async function listAllTools(client, requestOpts) {
   const names = [];
@@ -132,7 +132,41 @@ async function scenarioPaging(client, opts, out, requestOpts) {
     'uriTemplates', LIST_PAGE_CAP);
 }
 
-const SCENARIOS = { everything: scenarioEverything, roundtrips: scenarioRoundtrips, paging: scenarioPaging };
+// The 2025-11-25 tasks utility through the SDK's experimental client: `sleep` (the tool
+// ending with "sleep", under --prefix) called as a task, its status read, its result fetched,
+// and the task found in tasks/list.
+async function scenarioTasks(client, opts, out, requestOpts) {
+  out.serverTasks = client.getServerCapabilities()?.tasks ?? null;
+  const tool = pickTool(await listAllTools(client, requestOpts), 'sleep', opts.prefix);
+  const tasks = client.experimental.tasks;
+  const events = [];
+  let taskId;
+  for await (const m of tasks.callToolStream({ name: tool, arguments: { ms: 300 } }, CallToolResultSchema,
+    { ...requestOpts, task: { ttl: 60000 } })) {
+    events.push(m.type);
+    if (m.type === 'taskCreated') taskId = m.task.taskId;
+    if (m.type === 'result') out.streamResult = textOf(m.result, tool);
+    if (m.type === 'error') throw m.error;
+  }
+  out.events = events;
+  out.taskId = taskId ?? null;
+  if (!taskId) throw new Error('callToolStream created no task');
+  out.status = (await tasks.getTask(taskId, requestOpts)).status;
+  out.result = textOf(await tasks.getTaskResult(taskId, CallToolResultSchema, requestOpts), tool);
+  const listed = [];
+  let cursor;
+  for (let i = 0; i < LIST_PAGE_CAP; i++) {
+    const page = await tasks.listTasks(cursor, requestOpts);
+    listed.push(...page.tasks.map((t) => t.taskId));
+    cursor = page.nextCursor;
+    if (!cursor) break;
+  }
+  out.listed = listed.includes(taskId);
+}
+
+const SCENARIOS = {
+  everything: scenarioEverything, roundtrips: scenarioRoundtrips, paging: scenarioPaging, tasks: scenarioTasks,
+};
 
 // Client capabilities per scenario (declared at initialize).
 function clientCapabilities(scenario) {
