@@ -115,30 +115,6 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
-/// Milliseconds since the epoch as an ISO-8601 UTC timestamp.
-fn iso(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60,
-        ms % 1000
-    )
-}
-
 /// The store key of task `id` of the session's user.
 fn key_of(session: &LiveSession, id: &str) -> Option<SessionKey> {
     Some(SessionKey {
@@ -153,8 +129,14 @@ fn envelope(public: &str, r: &TaskRecord) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("taskId".into(), public.into());
     m.insert("status".into(), r.status.as_str().into());
-    m.insert("createdAt".into(), iso(r.created_ms).into());
-    m.insert("lastUpdatedAt".into(), iso(r.updated_ms).into());
+    m.insert(
+        "createdAt".into(),
+        crate::clock::iso8601(r.created_ms).into(),
+    );
+    m.insert(
+        "lastUpdatedAt".into(),
+        crate::clock::iso8601(r.updated_ms).into(),
+    );
     m.insert("ttlMs".into(), r.ttl_ms.into());
     m.insert("pollIntervalMs".into(), POLL_INTERVAL_MS.into());
     m
@@ -522,7 +504,10 @@ mod tests {
 
     #[test]
     fn timestamps_are_iso_8601() {
-        assert_eq!(iso(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(iso(1_709_251_199_123), "2024-02-29T23:59:59.123Z");
+        assert_eq!(crate::clock::iso8601(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            crate::clock::iso8601(1_709_251_199_123),
+            "2024-02-29T23:59:59.123Z"
+        );
     }
 }

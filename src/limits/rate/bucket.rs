@@ -9,6 +9,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use crate::clock::{civil_from_days, days_from_civil};
 use crate::config::Rate;
 
 /// Microseconds in a second: both backends count time in microseconds since the Unix epoch,
@@ -103,32 +104,6 @@ impl Window {
         };
         let _ = write!(out, "{letter}{}", self.number);
     }
-}
-
-/// (year, month 1-12, day 1-31) of a day counted from 1970-01-01 (proleptic Gregorian).
-fn civil_from_days(days: u64) -> (u32, u32, u32) {
-    // Howard Hinnant's algorithm, for days on or after the epoch.
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year as u32, month as u32, day as u32)
-}
-
-/// Days from 1970-01-01 to the first of `month` of `year`.
-fn days_from_civil(year: u32, month: u32) -> u64 {
-    let y = u64::from(year) - u64::from(month <= 2);
-    let era = y / 400;
-    let yoe = y - era * 400;
-    let m = u64::from(month);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 /// Which configured limit a bucket is: its name in refusals and metrics.
