@@ -66,6 +66,12 @@ async fn run_suite(package: &str, url: &str, extra: &[&str], baseline: &str) {
         out.status
     );
     assert!(summary.contains("passed"), "no summary printed:\n{stdout}");
+    // The totals, for the log (`cargo test conformance -- --nocapture`).
+    let totals: Vec<&str> = summary
+        .lines()
+        .filter(|l| l.contains("passed") || l.contains("failed") || l.contains("Total"))
+        .collect();
+    eprintln!("conformance {package} {extra:?}: {}", totals.join(" | "));
 }
 
 #[tokio::test]
