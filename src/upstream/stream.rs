@@ -256,7 +256,11 @@ fn answer_of(response: &[u8]) -> Answer {
                     .ok()
                     .and_then(|o| o.get("isError").map(|v| v.get() == "true"))
                     .unwrap_or(false);
-                if failed { Answer::ToolError } else { Answer::Ok }
+                if failed {
+                    Answer::ToolError
+                } else {
+                    Answer::Ok
+                }
             }
         },
         _ => Answer::Ok,
