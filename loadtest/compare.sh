@@ -11,7 +11,9 @@
 # them; the table shows the median of the rounds, and the CPU time the gateway and the HTTP
 # upstream spent per call (from /proc, over the measured window), which a busy shared machine
 # blurs less than throughput. (The stdio upstream's CPU is its child process's, not shown.)
-# For Redis-backed targets, the Redis commands a call costs (INFO commandstats over the run).
+# For Redis-backed targets, the Redis commands a call costs (INFO commandstats over the run;
+# each run's INFO commandstats and the gateway's /metrics before and after are kept next to
+# its report: commands by kind, Redis round trips by operation).
 # The gateways log as in production (RUST_LOG unset: info, text; an audit line per tool call)
 # to a file. Environment: SESSIONS (saturation, default 32), RATE (moderate load, calls/s, default 500),
 # RATE_SESSIONS (default 16). Everything binds to 127.0.0.1; every process started here is
@@ -22,13 +24,15 @@
 # front of the same upstream; LIMITS='<flow map>' (a tenant's `limits:`, e.g. "{requests_per_user:
 # {rate: 1000000/s}}") adds limited-memory and limited-redis, this build with those limits.
 # ONLY='<targets>' measures just those (and direct, the reference), e.g. ONLY="gateway-memory
-# base-memory".
+# base-memory". LOADS='<loads>' runs just those of saturation, moderate and streamed, e.g. the
+# streamed Redis case alone: LOADS=streamed ONLY="gateway-redis base-redis".
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" compare
 SECONDS_RUN="${1:-5}"
 ROUNDS="${2:-3}"
 SESSIONS="${SESSIONS:-32}"
 RATE="${RATE:-500}"
 RATE_SESSIONS="${RATE_SESSIONS:-16}"
+LOADS="${LOADS:-saturation moderate streamed}"
 OUT="${OUT:-$REPO/target/loadtest/compare}"
 mkdir -p "$OUT"
 rm -f "$OUT"/*.json
@@ -48,10 +52,11 @@ wait_port "$RPORT"
 
 declare -A TARGET=([direct]="$UPSTREAM")
 declare -A CPU=([direct]="--cpu upstream=$UP_PID")
+declare -A ADMIN=()
 # $1 = target name, $2 = store YAML, $3 = upstream YAML, $4 = gateway binary (default this
 # build's), $5 = the tenant's limits (flow map, default none); sets TARGET[$1]
 gateway() {
-    local label="$1" bin="${4:-$GW}" limits="" port; port="$(free_port)"
+    local label="$1" bin="${4:-$GW}" limits="" port aport; port="$(free_port)"; aport="$(free_port)"
     # Every session of the load comes from one address: this build's per-user session cap
     # (default 100) is lifted past what the rounds open; other limits come from $5.
     if [[ "$bin" == "$GW" ]]; then
@@ -60,6 +65,7 @@ gateway() {
     elif [[ -n "${5:-}" ]]; then limits="    limits: $5"; fi
     cat >"$WORK/$label.yaml" <<YAML
 listen: 127.0.0.1:$port
+admin_listen: 127.0.0.1:$aport
 sessions:
   ttl: 1h
   store: $2
@@ -75,6 +81,7 @@ YAML
     PIDS+=("$pid")
     wait_port "$port"
     TARGET[$label]="http://127.0.0.1:$port/t/load/mcp"
+    ADMIN[$label]="http://127.0.0.1:$aport"
     CPU[$label]="--cpu gateway=$pid --cpu upstream=$UP_PID"
 }
 
@@ -153,23 +160,35 @@ measure() { # $1 = load name, $2.. = sy-load args
     for round in $(seq 1 "$ROUNDS"); do
         for t in "${ORDER[@]}"; do
             echo "== $load, round $round: $t" >&2
-            local before=""; if [[ "$t" == *redis ]]; then before="$(redis_commands)"; fi
+            local before=""; if [[ "$t" == *redis ]]; then
+                before="$(redis_commands)"
+                redis-cli -p "$RPORT" INFO commandstats >"$OUT/$load.$t.$round.cmdstats-before"
+                curl -s "${ADMIN[$t]}/metrics" >"$OUT/$load.$t.$round.metrics-before" || true
+            fi
             # shellcheck disable=SC2086 # CPU holds separate arguments
             "$LOAD" calls --url "${TARGET[$t]}" --seconds "$SECONDS_RUN" --warmup 1 ${CPU[$t]} "$@" \
                 >"$OUT/$load.$t.$round.json"
             # Redis targets: the commands the run cost (warm-up and session setup included).
-            if [[ -n "$before" ]]; then echo $(( $(redis_commands) - before )) >"$OUT/$load.$t.$round.redis"; fi
+            if [[ -n "$before" ]]; then
+                echo $(( $(redis_commands) - before )) >"$OUT/$load.$t.$round.redis"
+                redis-cli -p "$RPORT" INFO commandstats >"$OUT/$load.$t.$round.cmdstats-after"
+                curl -s "${ADMIN[$t]}/metrics" >"$OUT/$load.$t.$round.metrics-after" || true
+            fi
         done
     done
 }
 
-measure saturation --sessions "$SESSIONS"
-measure moderate --sessions "$RATE_SESSIONS" --rate "$RATE"
-measure streamed --sessions "$SESSIONS" --tool sleep --arguments '{"ms":0,"steps":3}' --progress
+load_wanted() { [[ " $LOADS " == *" $1 "* ]]; }
+if load_wanted saturation; then measure saturation --sessions "$SESSIONS"; fi
+if load_wanted moderate; then measure moderate --sessions "$RATE_SESSIONS" --rate "$RATE"; fi
+if load_wanted streamed; then
+    measure streamed --sessions "$SESSIONS" --tool sleep --arguments '{"ms":0,"steps":3}' --progress
+fi
 
-python3 - "$OUT" "$ROUNDS" "${ORDER[@]}" <<'PY'
+python3 - "$OUT" "$ROUNDS" "$LOADS" "${ORDER[@]}" <<'PY'
 import json, sys, os, statistics
-out, rounds, order = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+out, rounds, loads, order = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4:]
+loads = [l for l in ("saturation", "moderate", "streamed") if l in loads]
 def runs(load, t):
     return [json.load(open(os.path.join(out, f"{load}.{t}.{r}.json"))) for r in range(1, rounds + 1)]
 def med(load, t):
@@ -193,16 +212,16 @@ def redis_per_call(load, t, rs):
     return statistics.median(
         int(open(p).read()) / max(1.0, x["calls"] * (x["seconds"] + 1) / x["seconds"])
         for p, x in zip(paths, rs))
-print(f"median of {rounds} rounds of {json.load(open(os.path.join(out, f'saturation.direct.1.json')))['seconds']:.0f} s each")
+print(f"median of {rounds} rounds of {json.load(open(os.path.join(out, f'{loads[0]}.direct.1.json')))['seconds']:.0f} s each")
 print(f"{'load':<11} {'target':<15} {'calls/s':>9} {'(min-max)':>15} {'ratio':>6} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'errors':>6} {'gw cpu us/call':>14} {'upstream cpu us/call':>20} {'redis cmds/call':>15}")
-for load in ("saturation", "moderate", "streamed"):
+for load in loads:
     base = med(load, "direct")
     for t in order:
         x = med(load, t)
         lo, hi = x["spread"]
         print(f"{load:<11} {t:<15} {x['tput']:>9.0f} {f'({lo:.0f}-{hi:.0f})':>15} {x['tput']/base['tput']:>6.2f} {x['p50']:>8.3f} {x['p90']:>8.3f} {x['p99']:>8.3f} {x['errors']:>6} {x['gw_cpu']:>14.1f} {x['up_cpu']:>20.1f} {'-' if x['redis'] is None else format(x['redis'], '.2f'):>15}")
-base = med("moderate", "direct")
-for t in order[1:]:
+base = med("moderate", "direct") if "moderate" in loads else None
+for t in order[1:] if base else []:
     x = med("moderate", t)
     print(f"added latency at {runs('moderate', t)[0]['rate_target']:.0f} calls/s, {t}: p50 {x['p50']-base['p50']:+.3f} ms, p99 {x['p99']-base['p99']:+.3f} ms")
 PY

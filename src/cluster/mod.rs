@@ -7,6 +7,7 @@ mod bus;
 mod events;
 mod keys;
 mod migrate;
+mod mirror;
 mod sessions;
 mod tasks;
 
@@ -16,9 +17,10 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 pub use bus::{Bus, BusMessage, Target, replica_of};
-pub use events::{MirrorQueue, Mirrored, RedisEvents, Replayed};
+pub use events::{MirrorQueue, RedisEvents, Replayed};
 pub use keys::{Keys, LAYOUT_VERSION};
 pub use migrate::{Layout, MIGRATIONS};
+pub use mirror::Mirrored;
 pub use sessions::RedisSessionStore;
 
 use crate::config::RedisConfig;

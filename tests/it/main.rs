@@ -15,6 +15,7 @@ mod chart;
 mod cluster;
 mod conformance;
 mod cors;
+mod event_mirror;
 mod floods;
 mod fuzz;
 mod hostile_bodies;

@@ -1,0 +1,281 @@
+//! The replica's one writer of its SSE streams' Redis copies: it takes the events of every
+//! stream queued at that moment into one pipeline per round trip (`XADD <key> 0-<seq>`, one
+//! entry per event, in each stream's order), and sets a stream's time-to-live only when it is
+//! created and then at most every quarter TTL, instead of with every write.
+//!
+//! Durability: an event leaves the queue only once Redis has it (or after `WRITE_ATTEMPTS`
+//! failed round trips, with a warning: it stays in the local log). A round trip that failed
+//! without an answer may have been applied, so it is sent again as it was: an entry already
+//! there is refused by its id and counts as written. A key is only ever created by a pipeline
+//! that also sets its TTL: later writes use `NOMKSTREAM`, and one that finds the key gone
+//! (expired, deleted) is sent again with the TTL.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use redis::Value;
+use tokio::sync::{Notify, mpsc};
+
+use super::Redis;
+
+/// One event on its way to Redis.
+#[derive(Debug)]
+pub struct Mirrored {
+    pub seq: u64,
+    /// The framed SSE event; empty for the end-of-stream marker.
+    pub framed: Bytes,
+    pub last: bool,
+}
+
+/// What the writer shares with the queues feeding it.
+pub(super) struct Shared {
+    pub redis: Redis,
+    /// What every `EXPIRE` sets: the session TTL plus `refresh`, so a key outlives its last
+    /// write by at least the session TTL (and at most `refresh` more).
+    pub expire_secs: u64,
+    /// How long a stream's TTL stands before a write refreshes it (a quarter of the TTL).
+    pub refresh: Duration,
+    pub max_len: usize,
+    /// Events queued and not yet written, over all streams (drained before shutdown).
+    pub pending: AtomicUsize,
+    pub drained: Notify,
+    /// The origin of the streams' `ttl_set_at` clocks.
+    epoch: Instant,
+}
+
+impl Shared {
+    pub fn new(redis: Redis, ttl: Duration, max_len: usize) -> Shared {
+        let ttl_secs = ttl.as_secs().max(1);
+        let refresh_secs = (ttl_secs / 4).max(1);
+        Shared {
+            redis,
+            expire_secs: ttl_secs + refresh_secs,
+            refresh: Duration::from_secs(refresh_secs),
+            max_len,
+            pending: AtomicUsize::new(0),
+            drained: Notify::new(),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Milliseconds since `epoch`, at least 1 (0 means "never" in `ttl_set_at`).
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    /// `n` events are done with (written or given up on).
+    fn done(&self, n: usize) {
+        if n > 0 && self.pending.fetch_sub(n, Ordering::AcqRel) == n {
+            self.drained.notify_waiters();
+        }
+    }
+}
+
+/// One stream's Redis copy, as the writer and its queue see it.
+pub(super) struct StreamCopy {
+    pub key: String,
+    /// This stream's events queued and not yet written (bounds a flood's notifications).
+    pub queued: AtomicUsize,
+    /// When the writer last sent this key's `EXPIRE` (`Shared::now_ms`), 0 if it has not
+    /// (or the key may be gone). Only the writer touches it.
+    ttl_set_at: AtomicU64,
+}
+
+impl StreamCopy {
+    pub fn new(key: String) -> StreamCopy {
+        StreamCopy {
+            key,
+            queued: AtomicUsize::new(0),
+            ttl_set_at: AtomicU64::new(0),
+        }
+    }
+}
+
+/// An event in the writer's queue.
+pub(super) struct Queued {
+    pub stream: Arc<StreamCopy>,
+    pub event: Mirrored,
+}
+
+/// Attempts per event before it is given up on (it stays in the local log).
+const WRITE_ATTEMPTS: u32 = 3;
+/// Most events written per round trip.
+const WRITE_BATCH: usize = 1024;
+
+/// An event the writer holds.
+struct Entry {
+    queued: Queued,
+    /// Round trips that failed for it.
+    failures: u32,
+    /// A round trip that carried it got no answer: it may be in Redis already.
+    maybe_written: bool,
+}
+
+/// Writes what arrives on `rx` until every sender is gone and the queue is empty.
+pub(super) async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Queued>) {
+    let mut todo: Vec<Entry> = Vec::with_capacity(WRITE_BATCH);
+    let mut arrived: Vec<Queued> = Vec::with_capacity(WRITE_BATCH);
+    loop {
+        // Block only when nothing is left over from the last round trip; else take what has
+        // been queued since, behind it (a stream's events stay in order).
+        let room = WRITE_BATCH.saturating_sub(todo.len());
+        if todo.is_empty() {
+            if rx.recv_many(&mut arrived, room).await == 0 {
+                return;
+            }
+        } else {
+            while arrived.len() < room {
+                match rx.try_recv() {
+                    Ok(q) => arrived.push(q),
+                    Err(_) => break,
+                }
+            }
+        }
+        todo.extend(arrived.drain(..).map(|queued| Entry {
+            queued,
+            failures: 0,
+            maybe_written: false,
+        }));
+        if let Some(pause) = round_trip(&shared, &mut todo).await {
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
+
+/// Sends `todo` in one pipeline and keeps in it what is still to be written. Returns how long
+/// to wait before the next attempt when Redis did not answer.
+async fn round_trip(shared: &Shared, todo: &mut Vec<Entry>) -> Option<Duration> {
+    let now = shared.now_ms();
+    let refresh_ms = u64::try_from(shared.refresh.as_millis()).unwrap_or(u64::MAX);
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    // The streams whose TTL this round trip sets, after their events.
+    let mut expiring: Vec<Arc<StreamCopy>> = Vec::new();
+    for e in todo.iter() {
+        let stream = &e.queued.stream;
+        let set = stream.ttl_set_at.load(Ordering::Relaxed);
+        // The first event of a stream due for its TTL may create the key; its others here
+        // follow it in the pipeline, so they find the key.
+        let create = set == 0 || now.saturating_sub(set) >= refresh_ms;
+        if create {
+            stream.ttl_set_at.store(now, Ordering::Relaxed);
+            expiring.push(stream.clone());
+        }
+        let add = pipe.cmd("XADD").arg(&stream.key);
+        if !create {
+            add.arg("NOMKSTREAM");
+        }
+        add.arg("MAXLEN")
+            .arg("~")
+            .arg(shared.max_len)
+            .arg(format!("0-{}", e.queued.event.seq))
+            .arg("d")
+            .arg(e.queued.event.framed.as_ref());
+        if e.queued.event.last {
+            add.arg("f").arg(1);
+        }
+    }
+    for stream in &expiring {
+        pipe.cmd("EXPIRE").arg(&stream.key).arg(shared.expire_secs);
+    }
+    let mut conn = shared.redis.conn.clone();
+    let replies = shared
+        .redis
+        .run("event_write", async move {
+            pipe.query_async::<Vec<Value>>(&mut conn).await
+        })
+        .await
+        .ok()
+        .filter(|r| r.len() == todo.len() + expiring.len());
+    let Some(replies) = replies else {
+        // No answer: any of it may have been applied, all of it is sent again.
+        for stream in &expiring {
+            stream.ttl_set_at.store(0, Ordering::Relaxed);
+        }
+        let mut worst = 0;
+        for e in todo.iter_mut() {
+            e.failures += 1;
+            e.maybe_written = true;
+            worst = worst.max(e.failures);
+        }
+        give_up_exhausted(shared, todo);
+        return (!todo.is_empty()).then(|| Duration::from_millis(100 * u64::from(worst)));
+    };
+    let (adds, expires) = replies.split_at(todo.len());
+    for (stream, reply) in expiring.iter().zip(expires) {
+        if !matches!(reply, Value::Int(1)) {
+            stream.ttl_set_at.store(0, Ordering::Relaxed);
+        }
+    }
+    let mut finished = 0;
+    let mut lost = 0;
+    let mut replies = adds.iter();
+    todo.retain_mut(|e| {
+        let keep = match replies.next() {
+            // `NOMKSTREAM` and the key is gone: sent again with the TTL.
+            Some(Value::Nil) => {
+                e.queued.stream.ttl_set_at.store(0, Ordering::Relaxed);
+                true
+            }
+            Some(Value::ServerError(err)) if already_there(err) => {
+                // Sent again after a lost answer: it is there. Otherwise a later event of the
+                // stream got in first, and this one cannot follow it.
+                if !e.maybe_written {
+                    lost += 1;
+                }
+                false
+            }
+            Some(Value::ServerError(err)) => {
+                tracing::debug!(error = %err, "event not yet written to Redis; retrying");
+                e.failures += 1;
+                true
+            }
+            _ => false,
+        };
+        if !keep {
+            finished += 1;
+            e.queued.stream.queued.fetch_sub(1, Ordering::AcqRel);
+        }
+        keep
+    });
+    if lost > 0 {
+        tracing::warn!(
+            events = lost,
+            "SSE events could not be written to Redis; only this replica can replay them"
+        );
+    }
+    shared.done(finished);
+    give_up_exhausted(shared, todo);
+    None
+}
+
+/// Drops the events that failed `WRITE_ATTEMPTS` times (they stay in the local log).
+fn give_up_exhausted(shared: &Shared, todo: &mut Vec<Entry>) {
+    let before = todo.len();
+    todo.retain(|e| {
+        let keep = e.failures < WRITE_ATTEMPTS;
+        if !keep {
+            e.queued.stream.queued.fetch_sub(1, Ordering::AcqRel);
+        }
+        keep
+    });
+    let given_up = before - todo.len();
+    if given_up > 0 {
+        tracing::warn!(
+            events = given_up,
+            "SSE events could not be written to Redis; only this replica can replay them"
+        );
+        shared.done(given_up);
+    }
+}
+
+/// The refusal of an entry id not above the stream's last one: what a write sent again
+/// after a lost answer gets when the first one was applied.
+fn already_there(err: &redis::ServerError) -> bool {
+    err.to_string()
+        .contains("equal or smaller than the target stream top item")
+}

@@ -1,0 +1,277 @@
+//! The Redis copies of SSE streams (`cluster::RedisEvents`) against a real `redis-server`:
+//! many streams written at once arrive complete and in order with one `EXPIRE` per stream
+//! (not per write) and a TTL of at least the session's; a key that vanished mid-stream comes
+//! back with its TTL; a write whose answer was lost is neither lost nor doubled; the TTL is
+//! refreshed on a long-lived stream.
+
+#![allow(clippy::unwrap_used)] // a failing Redis operation is the test failure itself
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use switchyard::cluster::{Mirrored, Redis, RedisEvents};
+use switchyard::session::{SessionId, SessionKey};
+
+use crate::session_store::redis_config;
+use crate::support::redis::RedisServer;
+
+fn session() -> SessionKey {
+    SessionKey {
+        tenant: "acme".into(),
+        user: "alice".into(),
+        id: SessionId::generate(),
+    }
+}
+
+async fn events(server: &RedisServer, prefix: &str, ttl: Duration) -> (Redis, Arc<RedisEvents>) {
+    let redis = Redis::connect(&redis_config(server, prefix).await)
+        .await
+        .unwrap();
+    let events = Arc::new(RedisEvents::new(redis.clone(), ttl, 10_000));
+    (redis, events)
+}
+
+fn event(stream: &str, seq: u64) -> Bytes {
+    Bytes::from(format!("id: {stream}.{seq}\ndata: {{\"n\":{seq}}}\n\n"))
+}
+
+/// Calls of one command so far, from `INFO commandstats`.
+async fn calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Reads the whole stream back: its events' sequence numbers, and whether it ended.
+async fn read_all(events: &RedisEvents, session: &SessionKey, stream: &str) -> (Vec<u64>, bool) {
+    let replayed = events
+        .read_after(session, stream, 0)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("stream {stream} is in Redis"));
+    let seqs = replayed
+        .events
+        .iter()
+        .map(|e| {
+            let text = std::str::from_utf8(e).unwrap();
+            let id = text.lines().next().unwrap().rsplit('.').next().unwrap();
+            id.parse().unwrap()
+        })
+        .collect();
+    (seqs, replayed.done)
+}
+
+#[tokio::test]
+async fn streams_written_at_once_arrive_in_order_with_one_ttl_each() {
+    let server = RedisServer::start().await;
+    let (redis, events) = events(&server, "mir", Duration::from_secs(60)).await;
+    let mut conn = server.conn().await;
+    let (xadd0, expire0) = (
+        calls(&mut conn, "xadd").await,
+        calls(&mut conn, "expire").await,
+    );
+    let session = session();
+    const STREAMS: u64 = 20;
+    const EVENTS: u64 = 50;
+    // Twenty producers at once, each recording its stream's events one at a time.
+    let mut producers = Vec::new();
+    for s in 0..STREAMS {
+        let queue = events.mirror(&session, &format!("r-p{s}"));
+        producers.push(tokio::spawn(async move {
+            for seq in 1..=EVENTS {
+                let m = Mirrored {
+                    seq,
+                    framed: event(&format!("r-p{s}"), seq),
+                    last: seq == EVENTS,
+                };
+                queue.send(m, seq != EVENTS);
+                if seq % 7 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        }));
+    }
+    for p in producers {
+        p.await.unwrap();
+    }
+    assert!(events.flush(Duration::from_secs(10)).await, "flushed");
+    for s in 0..STREAMS {
+        let (seqs, done) = read_all(&events, &session, &format!("r-p{s}")).await;
+        assert_eq!(seqs, (1..=EVENTS).collect::<Vec<_>>(), "stream {s}");
+        assert!(done, "stream {s} ended");
+        let key = redis.keys.events(&session, &format!("r-p{s}"));
+        let ttl: i64 = redis::cmd("TTL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            (59..=75).contains(&ttl),
+            "stream {s}: the key outlives its last write by the session TTL (60 s) plus at most a quarter: {ttl}"
+        );
+    }
+    let xadd = calls(&mut conn, "xadd").await - xadd0;
+    let expire = calls(&mut conn, "expire").await - expire0;
+    assert_eq!(xadd, STREAMS * EVENTS, "one XADD per event");
+    assert_eq!(expire, STREAMS, "one EXPIRE per stream, not per write");
+}
+
+#[tokio::test]
+async fn a_key_gone_mid_stream_comes_back_with_its_ttl() {
+    let server = RedisServer::start().await;
+    let (redis, events) = events(&server, "gone", Duration::from_secs(60)).await;
+    let mut conn = server.conn().await;
+    let session = session();
+    let queue = events.mirror(&session, "r-p1");
+    let key = redis.keys.events(&session, "r-p1");
+    for seq in 1..=2 {
+        queue.send(
+            Mirrored {
+                seq,
+                framed: event("r-p1", seq),
+                last: false,
+            },
+            false,
+        );
+    }
+    assert!(events.flush(Duration::from_secs(5)).await);
+    // Deleted (or evicted) behind the writer's back, within the TTL it set.
+    let _: () = redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for seq in 3..=4 {
+        queue.send(
+            Mirrored {
+                seq,
+                framed: event("r-p1", seq),
+                last: seq == 4,
+            },
+            false,
+        );
+    }
+    assert!(events.flush(Duration::from_secs(5)).await);
+    let (seqs, done) = read_all(&events, &session, "r-p1").await;
+    assert_eq!(
+        seqs,
+        vec![3, 4],
+        "the events after the deletion are written"
+    );
+    assert!(done);
+    let ttl: i64 = redis::cmd("TTL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(ttl > 59, "the recreated key has a TTL again: {ttl}");
+}
+
+#[tokio::test]
+async fn a_write_whose_answer_is_lost_is_neither_lost_nor_doubled() {
+    let server = RedisServer::start().await;
+    // The gateway's Redis timeout here is 500 ms; writes are held for 700 ms, so the first
+    // round trip gets no answer in time, is applied later, and is sent again.
+    let (_redis, events) = events(&server, "lost", Duration::from_secs(60)).await;
+    let mut conn = server.conn().await;
+    let session = session();
+    let queue = events.mirror(&session, "r-p1");
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(700)
+        .arg("WRITE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for seq in 1..=3 {
+        queue.send(
+            Mirrored {
+                seq,
+                framed: event("r-p1", seq),
+                last: false,
+            },
+            false,
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(550)).await;
+    // Queued while the first round trip is being retried: they follow it.
+    for seq in 4..=6 {
+        queue.send(
+            Mirrored {
+                seq,
+                framed: event("r-p1", seq),
+                last: seq == 6,
+            },
+            false,
+        );
+    }
+    assert!(events.flush(Duration::from_secs(10)).await, "flushed");
+    let (seqs, done) = read_all(&events, &session, "r-p1").await;
+    assert_eq!(
+        seqs,
+        (1..=6).collect::<Vec<_>>(),
+        "every event once, in order"
+    );
+    assert!(done);
+}
+
+#[tokio::test]
+async fn a_long_lived_stream_refreshes_its_ttl_at_most_every_quarter_ttl() {
+    let server = RedisServer::start().await;
+    // TTL 4 s: the key is set to expire 5 s after it is created, refreshed after 1 s.
+    let (redis, events) = events(&server, "long", Duration::from_secs(4)).await;
+    let mut conn = server.conn().await;
+    let session = session();
+    let queue = events.mirror(&session, "r-g1");
+    let key = redis.keys.events(&session, "r-g1");
+    let expire0 = calls(&mut conn, "expire").await;
+    let mut seq = 0;
+    let mut send = |n: u64| {
+        for _ in 0..n {
+            seq += 1;
+            queue.send(
+                Mirrored {
+                    seq,
+                    framed: event("r-g1", seq),
+                    last: false,
+                },
+                true,
+            );
+        }
+    };
+    send(3);
+    assert!(events.flush(Duration::from_secs(5)).await);
+    send(3);
+    assert!(events.flush(Duration::from_secs(5)).await);
+    assert_eq!(
+        calls(&mut conn, "expire").await - expire0,
+        1,
+        "within a quarter TTL: no refresh"
+    );
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    send(1);
+    assert!(events.flush(Duration::from_secs(5)).await);
+    assert_eq!(
+        calls(&mut conn, "expire").await - expire0,
+        2,
+        "refreshed after a quarter TTL"
+    );
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        pttl > 4_000,
+        "the key outlives the last write by at least the TTL: {pttl} ms"
+    );
+    let (seqs, _) = read_all(&events, &session, "r-g1").await;
+    assert_eq!(seqs, (1..=7).collect::<Vec<_>>());
+}
