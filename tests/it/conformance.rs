@@ -71,7 +71,12 @@ async fn run_suite(package: &str, url: &str, extra: &[&str], baseline: &str) {
         .lines()
         .filter(|l| l.contains("passed") || l.contains("failed") || l.contains("Total"))
         .collect();
-    eprintln!("conformance {package} {extra:?}: {}", totals.join(" | "));
+    log_totals(&format!("{package} {extra:?}: {}", totals.join(" | ")));
+}
+
+#[allow(clippy::print_stderr)]
+fn log_totals(line: &str) {
+    eprintln!("conformance {line}");
 }
 
 #[tokio::test]
