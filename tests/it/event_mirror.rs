@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use switchyard::cluster::{Mirrored, Redis, RedisEvents};
+use switchyard::cluster::{MirrorQueue, Mirrored, Redis, RedisEvents};
 use switchyard::session::{SessionId, SessionKey};
 
 use crate::session_store::redis_config;
@@ -34,6 +34,27 @@ async fn events(server: &RedisServer, prefix: &str, ttl: Duration) -> (Redis, Ar
 
 fn event(stream: &str, seq: u64) -> Bytes {
     Bytes::from(format!("id: {stream}.{seq}\ndata: {{\"n\":{seq}}}\n\n"))
+}
+
+/// Queues events `seqs` of `stream` (a response, never dropped, unless `droppable`); the one
+/// numbered `last` ends the stream.
+fn send_events(
+    queue: &MirrorQueue,
+    stream: &str,
+    seqs: std::ops::RangeInclusive<u64>,
+    last: Option<u64>,
+    droppable: bool,
+) {
+    for seq in seqs {
+        queue.send(
+            Mirrored {
+                seq,
+                framed: event(stream, seq),
+                last: Some(seq) == last,
+            },
+            droppable,
+        );
+    }
 }
 
 /// Calls of one command so far, from `INFO commandstats`.
@@ -131,16 +152,7 @@ async fn a_key_gone_mid_stream_comes_back_with_its_ttl() {
     let session = session();
     let queue = events.mirror(&session, "r-p1");
     let key = redis.keys.events(&session, "r-p1");
-    for seq in 1..=2 {
-        queue.send(
-            Mirrored {
-                seq,
-                framed: event("r-p1", seq),
-                last: false,
-            },
-            false,
-        );
-    }
+    send_events(&queue, "r-p1", 1..=2, None, false);
     assert!(events.flush(Duration::from_secs(5)).await);
     // Deleted (or evicted) behind the writer's back, within the TTL it set.
     let _: () = redis::cmd("DEL")
@@ -148,16 +160,7 @@ async fn a_key_gone_mid_stream_comes_back_with_its_ttl() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    for seq in 3..=4 {
-        queue.send(
-            Mirrored {
-                seq,
-                framed: event("r-p1", seq),
-                last: seq == 4,
-            },
-            false,
-        );
-    }
+    send_events(&queue, "r-p1", 3..=4, Some(4), false);
     assert!(events.flush(Duration::from_secs(5)).await);
     let (seqs, done) = read_all(&events, &session, "r-p1").await;
     assert_eq!(
@@ -190,28 +193,10 @@ async fn a_write_whose_answer_is_lost_is_neither_lost_nor_doubled() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    for seq in 1..=3 {
-        queue.send(
-            Mirrored {
-                seq,
-                framed: event("r-p1", seq),
-                last: false,
-            },
-            false,
-        );
-    }
+    send_events(&queue, "r-p1", 1..=3, None, false);
     tokio::time::sleep(Duration::from_millis(550)).await;
     // Queued while the first round trip is being retried: they follow it.
-    for seq in 4..=6 {
-        queue.send(
-            Mirrored {
-                seq,
-                framed: event("r-p1", seq),
-                last: seq == 6,
-            },
-            false,
-        );
-    }
+    send_events(&queue, "r-p1", 4..=6, Some(6), false);
     assert!(events.flush(Duration::from_secs(10)).await, "flushed");
     let (seqs, done) = read_all(&events, &session, "r-p1").await;
     assert_eq!(
@@ -234,17 +219,8 @@ async fn a_long_lived_stream_refreshes_its_ttl_at_most_every_quarter_ttl() {
     let expire0 = calls(&mut conn, "expire").await;
     let mut seq = 0;
     let mut send = |n: u64| {
-        for _ in 0..n {
-            seq += 1;
-            queue.send(
-                Mirrored {
-                    seq,
-                    framed: event("r-g1", seq),
-                    last: false,
-                },
-                true,
-            );
-        }
+        send_events(&queue, "r-g1", seq + 1..=seq + n, None, true);
+        seq += n;
     };
     send(3);
     assert!(events.flush(Duration::from_secs(5)).await);
