@@ -193,6 +193,7 @@ pub(super) async fn start(
     body.insert("resultType".into(), "task".into());
     let runner = Runner {
         gateway: gateway.weak(),
+        _pump: gateway.pump_started(),
         _slot: slot,
         running,
         key,
@@ -207,6 +208,9 @@ pub(super) async fn start(
 /// Reads one gateway-run task's call to its end.
 struct Runner {
     gateway: Weak<Gateway>,
+    /// Counted like a request's event pump: a stopping replica's drain waits (within its
+    /// deadline) for the task's call to end and its record to be written.
+    _pump: crate::gateway::PumpGuard,
     /// The user's place among running tasks, given back when the runner ends.
     _slot: TaskSlot,
     /// Its entry in `RUNNING`.

@@ -520,3 +520,35 @@ async fn gateway_run_tasks_are_capped_per_user() {
     gw.stop().await;
     peer.kill().await;
 }
+
+/// A replica stopping (a rolling restart) lets the tasks it runs finish within the drain
+/// deadline, as it does forwarded requests: the record another replica serves says
+/// `completed`, not `failed` by the stop.
+#[tokio::test]
+async fn a_stopping_replica_finishes_the_tasks_it_runs() {
+    let redis = RedisServer::start().await;
+    let peer = HttpPeer::demo(free_port(), &["--conformance"]).await;
+    let cfg = clustered(
+        &redis,
+        "tkstop",
+        vec![tenant("acme", vec![upstream("fx", http(&peer.url()))])],
+    );
+    let mut gws = replicas(&cfg, 2).await;
+    let b = RawClient::new(gws[1].url("acme"));
+    let a = RawClient::new(gws[0].url("acme"));
+    let created = call(&a, "slow_compute", json!({"seconds": 1.5, "label": "stop"})).await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let stopping = gws.remove(0);
+    stopping.stop().await;
+    let done = finished(&b, &id).await;
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert!(done.to_string().contains("computed stop"), "{done}");
+    for gw in gws {
+        gw.stop().await;
+    }
+    peer.kill().await;
+}
