@@ -284,7 +284,9 @@ pub async fn ensure_link(
     let (conn, owned) = Box::pin(upstream.connect(session)).await?;
     if session.has_get_stream() {
         conn.listen();
-    } else {
+    } else if session.protocol_version.is_stateless() {
+        // Stateless clients have no GET stream; their session (one per tenant and user) hears
+        // what upstreams ask on theirs.
         conn.listen_for_requests();
     }
     session.set_link(id, conn.clone(), owned, permit);

@@ -152,10 +152,11 @@ impl Connection {
         }
     }
 
-    /// Opens a session-based HTTP upstream's GET stream for a client that has none of its
-    /// own: an upstream may send its requests there (`roots/list` from inside a tool), which
-    /// then reach the client on the stream of the call they belong to, or are refused at once
-    /// — never left for the upstream to time out. Other links need nothing.
+    /// Opens a session-based HTTP upstream's GET stream for stateless (2026-07-28) clients,
+    /// which have none of their own (one per tenant and user, not per client session): an
+    /// upstream may send its requests there (`roots/list` from inside a tool), which then reach
+    /// the client on the stream of the call they belong to, or are refused at once — never
+    /// left for the upstream to time out. Other links need nothing.
     pub fn listen_for_requests(self: &Arc<Self>) {
         if let Link::Http(l) = &self.link
             && !self.is_stateless()
