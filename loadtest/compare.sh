@@ -26,6 +26,8 @@
 # ONLY='<targets>' measures just those (and direct, the reference), e.g. ONLY="gateway-memory
 # base-memory". LOADS='<loads>' runs just those of saturation, moderate and streamed, e.g. the
 # streamed Redis case alone: LOADS=streamed ONLY="gateway-redis base-redis".
+# SMOKE=1 exits non-zero when any target had errors or made no call (CI runs
+# `SMOKE=1 SY_PROFILE=debug bash loadtest/compare.sh 1 1`: seconds, and never judged on timings).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" compare
 SECONDS_RUN="${1:-5}"
 ROUNDS="${2:-3}"
@@ -224,4 +226,12 @@ base = med("moderate", "direct") if "moderate" in loads else None
 for t in order[1:] if base else []:
     x = med("moderate", t)
     print(f"added latency at {runs('moderate', t)[0]['rate_target']:.0f} calls/s, {t}: p50 {x['p50']-base['p50']:+.3f} ms, p99 {x['p99']-base['p99']:+.3f} ms")
+# A smoke run (SMOKE=1, the CI's) fails on errors or on a target that made no call; never on
+# timings.
+if os.environ.get("SMOKE") == "1":
+    bad = [(load, t, med(load, t)) for load in loads for t in order]
+    bad = [(load, t, x) for load, t, x in bad if x["errors"] > 0 or x["tput"] <= 0]
+    for load, t, x in bad:
+        print(f"smoke: {load} {t}: {x['errors']} errors, {x['tput']:.0f} calls/s", file=sys.stderr)
+    sys.exit(1 if bad else 0)
 PY
