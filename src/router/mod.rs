@@ -436,6 +436,14 @@ fn params_object<'a>(req: &'a Request<'_>) -> Result<RawObject<'a>, GatewayError
         .map_err(|_| GatewayError::InvalidParams("params must be an object".into()))
 }
 
+/// The `uri` of a resource request's params (-32602 without one).
+fn required_uri(params: &RawObject<'_>) -> Result<String, GatewayError> {
+    params
+        .get_str("uri")
+        .map(|u| u.into_owned())
+        .ok_or_else(|| GatewayError::InvalidParams("`uri` is required".into()))
+}
+
 /// The upstream owning a public tool or prompt name, and that upstream's own name for it.
 async fn resolve_name<'t>(
     tenant: &'t Tenant,
@@ -661,10 +669,7 @@ async fn route_by_uri(
         .await;
     }
     let mut params = params_object(req)?;
-    let uri = params
-        .get_str("uri")
-        .ok_or_else(|| GatewayError::InvalidParams("`uri` is required".into()))?
-        .into_owned();
+    let uri = required_uri(&params)?;
     let (upstream, own) = resolve_uri(tenant, session, &uri).await?;
     if follow.is_some() {
         resources::check_subscribable(session, upstream, &uri).await?;
@@ -727,10 +732,7 @@ async fn stateless_subscription(
     }
     let uri = match uri {
         Some(u) => u.to_owned(),
-        None => params_object(req)?
-            .get_str("uri")
-            .ok_or_else(|| GatewayError::InvalidParams("`uri` is required".into()))?
-            .into_owned(),
+        None => required_uri(&params_object(req)?)?,
     };
     conn.follow_resource(&uri, session, on);
     Ok(Some(Reply::Json(jsonrpc::result_response(req.id, b"{}"))))

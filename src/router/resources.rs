@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use super::{Reply, catalog, ensure_link, params_object, read_slot, resolve_uri};
+use super::{Reply, catalog, ensure_link, params_object, read_slot, required_uri, resolve_uri};
 use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
@@ -29,10 +29,7 @@ pub(super) async fn metadata(
     req: &Request<'_>,
 ) -> Result<Reply, GatewayError> {
     let mut params = params_object(req)?;
-    let uri = params
-        .get_str("uri")
-        .ok_or_else(|| GatewayError::InvalidParams("`uri` is required".into()))?
-        .into_owned();
+    let uri = required_uri(&params)?;
     let (upstream, own) = resolve_uri(tenant, session, &uri).await?;
     let not_found = || GatewayError::ResourceNotFound {
         uri: uri.clone(),
