@@ -36,6 +36,8 @@ pub struct NodeInfo {
     /// The primary's id, for a replica.
     pub primary_id: Option<String>,
     pub has_slots: bool,
+    /// The slot ranges it serves (inclusive).
+    pub slots: Vec<(u16, u16)>,
 }
 
 fn binary(name: &str) -> PathBuf {
@@ -174,12 +176,11 @@ impl RedisCluster {
 
     async fn wait(&self, limit: Duration, replicated: bool) {
         let deadline = tokio::time::Instant::now() + limit;
-        let mut last = String::new();
         loop {
-            match self.healthy(replicated).await {
+            let last = match self.healthy(replicated).await {
                 Ok(()) => return,
-                Err(why) => last = why,
-            }
+                Err(why) => why,
+            };
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "the Redis Cluster was not healthy within {limit:?}: {last}"
@@ -220,6 +221,22 @@ impl RedisCluster {
             }
         }
         Ok(())
+    }
+
+    /// The port of the primary serving `key`'s (or a shard channel's) slot.
+    pub async fn owner_of(&self, key: &str) -> u16 {
+        let port = self.live_ports()[0];
+        let slot: u16 = command(port, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))
+            .await
+            .expect("CLUSTER KEYSLOT");
+        self.topology()
+            .await
+            .into_iter()
+            .find(|n| {
+                n.primary && !n.failed && n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot))
+            })
+            .map(|n| n.port)
+            .expect("a primary serves every slot")
     }
 
     /// SIGKILL, as a crash would.
@@ -304,6 +321,14 @@ fn parse_nodes(text: &str) -> Vec<NodeInfo> {
                 failed: flags.iter().any(|x| x.starts_with("fail")),
                 primary_id: (f[3] != "-").then(|| f[3].to_owned()),
                 has_slots: f.len() > 8 && !f[8].is_empty(),
+                slots: f
+                    .iter()
+                    .skip(8)
+                    .filter_map(|r| {
+                        let (a, b) = r.split_once('-').unwrap_or((r, r));
+                        Some((a.parse().ok()?, b.parse().ok()?))
+                    })
+                    .collect(),
             })
         })
         .collect()
