@@ -16,6 +16,8 @@
 --                                              within layout 1)
 --   <p>:meta:layout                            applied layout version
 --   <p>:meta:migrations                        hash: version -> applied at (ms since epoch)
+--   (on a Redis Cluster these two are <p>:meta:{<p>}:layout and <p>:meta:{<p>}:migrations,
+--   one slot, so this script runs on one node)
 -- Nothing existed before layout 1, so this step only records the version.
 -- KEYS[1] = <p>:meta:layout, KEYS[2] = <p>:meta:migrations; ARGV[1] = now (ms), ARGV[2] = version
 local current = tonumber(redis.call('GET', KEYS[1]) or '0')

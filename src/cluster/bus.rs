@@ -1,5 +1,5 @@
-//! The message bus between replicas (Redis pub/sub). Each replica listens on its own channel and
-//! on the broadcast channel: a server-initiated message goes to the replica holding the
+//! The message bus between replicas (Redis pub/sub; sharded pub/sub on a Redis Cluster, see
+//! `listen.rs`). Each replica listens on its own channel and on the broadcast channel: a server-initiated message goes to the replica holding the
 //! client's GET stream; the client's answer to a server-to-client request goes to the replica
 //! named in the request id; a stateless client's retry of a request parked on another replica
 //! goes to that replica and what follows comes back; cancellations and session ends are
@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use rand::TryRng;
 use serde::{Deserialize, Serialize};
 
@@ -152,9 +151,16 @@ impl Bus {
         let payload =
             serde_json::to_string(message).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let mut conn = redis.conn.clone();
+        // On a cluster a plain PUBLISH reaches every node; a sharded one only the channel's
+        // shard (where its subscribers are).
+        let command = if redis.is_cluster() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        };
         redis
             .run("publish", async move {
-                redis::cmd("PUBLISH")
+                redis::cmd(command)
                     .arg(&channel)
                     .arg(payload)
                     .query_async::<i64>(&mut conn)
@@ -241,55 +247,11 @@ impl Bus {
         handle: impl Fn(BusMessage) + Send + Sync + 'static,
     ) -> Option<tokio::task::JoinHandle<()>> {
         let redis = self.redis.clone()?;
-        let channels = [
+        let channels = vec![
             redis.keys.replica_channel(&self.replica),
             redis.keys.broadcast_channel(),
         ];
-        Some(tokio::spawn(async move {
-            let mut backoff = Duration::from_millis(100);
-            loop {
-                match redis.client.get_async_pubsub().await {
-                    Ok(mut pubsub) => {
-                        let mut subscribed = true;
-                        for c in &channels {
-                            if let Err(e) = pubsub.subscribe(c.clone()).await {
-                                tracing::warn!(error = %super::describe(&e), "bus cannot subscribe; retrying");
-                                subscribed = false;
-                                break;
-                            }
-                        }
-                        if !subscribed {
-                            tokio::time::sleep(backoff).await;
-                            backoff = (backoff * 2).min(Duration::from_secs(5));
-                            continue;
-                        }
-                        let mut first = true;
-                        let mut stream = pubsub.on_message();
-                        while let Some(msg) = stream.next().await {
-                            if first {
-                                backoff = Duration::from_millis(100);
-                                first = false;
-                            }
-                            let Ok(payload) = msg.get_payload::<String>() else {
-                                continue;
-                            };
-                            match serde_json::from_str::<BusMessage>(&payload) {
-                                Ok(m) => handle(m),
-                                Err(e) => {
-                                    tracing::warn!(error = %e, "ignoring a malformed bus message")
-                                }
-                            }
-                        }
-                        tracing::warn!("bus connection lost; reconnecting");
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %super::describe(&e), "bus cannot connect; retrying");
-                    }
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-        }))
+        Some(tokio::spawn(super::listen::run(redis, channels, handle)))
     }
 }
 

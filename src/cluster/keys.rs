@@ -10,6 +10,9 @@ pub const LAYOUT_VERSION: u32 = 1;
 #[derive(Debug, Clone)]
 pub struct Keys {
     prefix: String,
+    /// On a Redis Cluster the layout records share the hash tag `{<prefix>}`, so the
+    /// migration scripts, which touch both, run on one slot.
+    cluster: bool,
 }
 
 impl Keys {
@@ -41,9 +44,19 @@ impl Keys {
             })
     }
 
+    /// The keyspace on one Redis primary.
     pub fn new(prefix: &str) -> Keys {
         Keys {
             prefix: prefix.to_owned(),
+            cluster: false,
+        }
+    }
+
+    /// The keyspace on a Redis Cluster: the same keys, but for the layout records' hash tag.
+    pub fn for_cluster(prefix: &str) -> Keys {
+        Keys {
+            prefix: prefix.to_owned(),
+            cluster: true,
         }
     }
 
@@ -178,12 +191,22 @@ impl Keys {
 
     /// The applied layout version.
     pub fn layout(&self) -> String {
-        format!("{}:meta:layout", self.prefix)
+        self.meta("layout")
     }
 
     /// Applied migrations: version → time applied.
     pub fn migrations(&self) -> String {
-        format!("{}:meta:migrations", self.prefix)
+        self.meta("migrations")
+    }
+
+    /// `<prefix>:meta:<name>`, on a cluster `<prefix>:meta:{<prefix>}:<name>` (the prefix has
+    /// no braces: see the config's rules).
+    fn meta(&self, name: &str) -> String {
+        if self.cluster {
+            format!("{}:meta:{{{}}}:{name}", self.prefix, self.prefix)
+        } else {
+            format!("{}:meta:{name}", self.prefix)
+        }
     }
 }
 
@@ -240,6 +263,16 @@ mod tests {
         assert_eq!(keys.get_holder(&k), "sy:v1:get:{acme:u-1:abc}");
         assert_eq!(keys.owner(&k.id), "sy:v1:sid:abc");
         assert_eq!(keys.layout(), "sy:meta:layout");
+    }
+
+    #[test]
+    fn on_a_cluster_the_layout_records_share_one_slot_and_the_rest_is_unchanged() {
+        let keys = Keys::for_cluster("sy");
+        assert_eq!(keys.layout(), "sy:meta:{sy}:layout");
+        assert_eq!(keys.migrations(), "sy:meta:{sy}:migrations");
+        assert!(keys.is_current_layout(&keys.layout()));
+        assert_eq!(keys.signing_secret(), Keys::new("sy").signing_secret());
+        assert_eq!(keys.gate("a", "b"), Keys::new("sy").gate("a", "b"));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use super::conn::Node;
 use super::{LAYOUT_VERSION, Redis};
 use crate::store::StoreError;
 
@@ -37,40 +38,55 @@ const MAX_SCAN_STEPS: usize = 10_000;
 
 impl Redis {
     /// What the keyspace holds under this gateway's prefix, looked at when it has no layout
-    /// record (bounded: a keyspace too large to look through counts as `Other`).
+    /// record (bounded: a keyspace too large to look through counts as `Other`). On a cluster
+    /// every primary is scanned (`SCAN` sees one node's keys).
     pub async fn unrecorded(&self) -> Result<Unrecorded, StoreError> {
         let pattern = self.keys.all_pattern();
-        let mut cursor: u64 = 0;
+        let mut conn = self.conn.clone();
+        let nodes: Vec<Option<Node>> = match self
+            .run("cluster_nodes", async move { conn.primaries().await })
+            .await?
+        {
+            Some(primaries) => primaries.into_iter().map(Some).collect(),
+            None => vec![None],
+        };
         let mut found = false;
-        for _ in 0..MAX_SCAN_STEPS {
-            let mut conn = self.conn.clone();
-            let pattern = pattern.clone();
-            let (next, keys): (u64, Vec<String>) = self
-                .run("scan", async move {
-                    redis::cmd("SCAN")
-                        .arg(cursor)
-                        .arg("MATCH")
-                        .arg(&pattern)
-                        .arg("COUNT")
-                        .arg(1000)
-                        .query_async(&mut conn)
-                        .await
-                })
-                .await?;
-            if keys.iter().any(|k| !self.keys.is_current_layout(k)) {
-                return Ok(Unrecorded::Other);
+        let mut steps = 0;
+        for node in &nodes {
+            let mut cursor: u64 = 0;
+            loop {
+                steps += 1;
+                if steps > MAX_SCAN_STEPS {
+                    return Ok(Unrecorded::Other);
+                }
+                let mut conn = self.conn.clone();
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1000);
+                let (next, keys): (u64, Vec<String>) = self
+                    .run(
+                        "scan",
+                        async move { conn.query_node(node.as_ref(), scan).await },
+                    )
+                    .await?;
+                if keys.iter().any(|k| !self.keys.is_current_layout(k)) {
+                    return Ok(Unrecorded::Other);
+                }
+                found |= !keys.is_empty();
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            found |= !keys.is_empty();
-            if next == 0 {
-                return Ok(if found {
-                    Unrecorded::CurrentOnly
-                } else {
-                    Unrecorded::Empty
-                });
-            }
-            cursor = next;
         }
-        Ok(Unrecorded::Other)
+        Ok(if found {
+            Unrecorded::CurrentOnly
+        } else {
+            Unrecorded::Empty
+        })
     }
 
     /// Brings a keyspace without a layout record to this build's layout when that is safe (it

@@ -140,10 +140,44 @@ pub(super) async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Que
             failures: 0,
             maybe_written: false,
         }));
-        if let Some(pause) = round_trip(&shared, &mut todo).await {
+        if let Some(pause) = write(&shared, &mut todo).await {
             tokio::time::sleep(pause).await;
         }
     }
+}
+
+/// Sends `todo` and keeps in it what is still to be written: in one pipeline on one primary;
+/// on a cluster in one pipeline per session (a pipeline must stay on one slot, and a session's
+/// streams share its hash tag), all sent at once, so the writes to one node go out back to back
+/// on its connection and the whole takes about one round trip.
+async fn write(shared: &Shared, todo: &mut Vec<Entry>) -> Option<Duration> {
+    if !shared.redis.is_cluster() {
+        return round_trip(shared, todo).await;
+    }
+    let mut groups: Vec<Vec<Entry>> = Vec::new();
+    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for e in todo.drain(..) {
+        let tag = hash_tag(&e.queued.stream.key).to_owned();
+        let i = *index.entry(tag).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[i].push(e);
+    }
+    let pauses =
+        futures_util::future::join_all(groups.iter_mut().map(|g| round_trip(shared, g))).await;
+    todo.extend(groups.into_iter().flatten());
+    pauses.into_iter().flatten().max()
+}
+
+/// The part of a key Redis Cluster hashes: the first `{...}` with something inside, else the
+/// whole key.
+fn hash_tag(key: &str) -> &str {
+    key.split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map(|(tag, _)| tag)
+        .filter(|tag| !tag.is_empty())
+        .unwrap_or(key)
 }
 
 /// Sends `todo` in one pipeline and keeps in it what is still to be written. Returns how long
@@ -278,4 +312,18 @@ fn give_up_exhausted(shared: &Shared, todo: &mut Vec<Entry>) {
 fn already_there(err: &redis::ServerError) -> bool {
     err.to_string()
         .contains("equal or smaller than the target stream top item")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hash_tag;
+
+    #[test]
+    fn hash_tags_follow_redis_cluster_rules() {
+        assert_eq!(hash_tag("sy:v1:ev:{a:u:s}:0"), "a:u:s");
+        assert_eq!(hash_tag("sy:v1:ev:{a:u:s}:{x}"), "a:u:s");
+        assert_eq!(hash_tag("plain"), "plain");
+        assert_eq!(hash_tag("a{}b"), "a{}b");
+        assert_eq!(hash_tag("a{b"), "a{b");
+    }
 }

@@ -4,8 +4,10 @@
 //! else in the gateway talks to Redis.
 
 mod bus;
+mod conn;
 mod events;
 mod keys;
+mod listen;
 mod migrate;
 mod mirror;
 mod sessions;
@@ -14,7 +16,7 @@ mod tasks;
 use std::future::Future;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use conn::{Conn, Subscriber};
 
 pub use bus::{Bus, BusMessage, Target, replica_of};
 pub use events::{MirrorQueue, RedisEvents, Replayed};
@@ -26,11 +28,13 @@ pub use sessions::RedisSessionStore;
 use crate::config::RedisConfig;
 use crate::store::StoreError;
 
-/// A connection to the shared Redis, with the keyspace and the operation bound.
+/// A connection to the shared Redis (one primary or a cluster), with the keyspace and the
+/// operation bound.
 #[derive(Clone)]
 pub struct Redis {
-    pub(crate) client: redis::Client,
-    pub(crate) conn: ConnectionManager,
+    pub(crate) conn: Conn,
+    /// How the bus opens its subscriber connection.
+    pub(crate) subscriber: Subscriber,
     pub keys: Keys,
     pub timeout: Duration,
 }
@@ -38,25 +42,23 @@ pub struct Redis {
 impl Redis {
     /// Connects (bounded by the configured timeout). The URL never appears in errors.
     pub async fn connect(config: &RedisConfig) -> Result<Redis, String> {
-        let client = redis::Client::open(config.url.expose())
-            .map_err(|e| format!("invalid Redis URL: {}", e.category()))?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.timeout))
-            .set_response_timeout(Some(config.timeout))
-            .set_number_of_retries(2);
-        let conn = tokio::time::timeout(
-            config.timeout * 3,
-            ConnectionManager::new_with_config(client.clone(), manager_config),
-        )
-        .await
-        .map_err(|_| "cannot reach Redis: timed out".to_owned())?
-        .map_err(|e| format!("cannot reach Redis: {}", describe(&e)))?;
+        let (conn, subscriber) = Conn::open(config).await?;
+        let keys = if conn.is_cluster() {
+            Keys::for_cluster(&config.prefix)
+        } else {
+            Keys::new(&config.prefix)
+        };
         Ok(Redis {
-            client,
             conn,
-            keys: Keys::new(&config.prefix),
+            subscriber,
+            keys,
             timeout: config.timeout,
         })
+    }
+
+    /// Whether Redis is a cluster (keys of different hash tags live on different nodes).
+    pub fn is_cluster(&self) -> bool {
+        self.conn.is_cluster()
     }
 
     /// Runs one Redis operation under the timeout; failures become `StoreError::Unavailable`.
@@ -108,11 +110,11 @@ impl Redis {
             .ok_or_else(|| StoreError::Corrupt("the stored signing secret is missing".into()))
     }
 
-    /// Whether Redis answers (readiness).
+    /// Whether Redis answers (readiness): on a cluster, every primary (`PING` goes to each).
     pub async fn ping(&self) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
         self.run("ping", async move {
-            redis::cmd("PING").query_async::<String>(&mut conn).await
+            redis::cmd("PING").query_async::<()>(&mut conn).await
         })
         .await
         .map(|_| ())

@@ -42,26 +42,42 @@ impl SessionStore for RedisSessionStore {
             (self.redis.keys.session(key), self.redis.keys.owner(&key.id));
         let mut conn = self.redis.conn.clone();
         let secs = ttl_secs(ttl);
-        let created: (Option<String>, String) = self
-            .redis
-            .run("session_create", async move {
-                redis::pipe()
-                    .atomic()
-                    .cmd("SET")
-                    .arg(&session_key)
-                    .arg(json)
-                    .arg("EX")
-                    .arg(secs)
-                    .arg("NX")
-                    .cmd("SET")
-                    .arg(&owner_key)
-                    .arg(owner)
-                    .arg("EX")
-                    .arg(secs)
-                    .query_async(&mut conn)
-                    .await
-            })
-            .await?;
+        let set = |key: &str, value: String, only_new: bool| {
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(key).arg(value).arg("EX").arg(secs);
+            if only_new {
+                cmd.arg("NX");
+            }
+            cmd
+        };
+        let (session_set, owner_set) =
+            (set(&session_key, json, true), set(&owner_key, owner, false));
+        let created: (Option<String>, String) = if self.redis.is_cluster() {
+            // The owner index is keyed by the id alone, so on a cluster it lives on another
+            // slot than the record: written after it, not atomically with it (it only serves
+            // security logs).
+            self.redis
+                .run("session_create", async move {
+                    let created: Option<String> = session_set.query_async(&mut conn).await?;
+                    if created.is_none() {
+                        return Ok((None, String::new()));
+                    }
+                    let owner: String = owner_set.query_async(&mut conn).await?;
+                    Ok((created, owner))
+                })
+                .await?
+        } else {
+            self.redis
+                .run("session_create", async move {
+                    redis::pipe()
+                        .atomic()
+                        .add_command(session_set)
+                        .add_command(owner_set)
+                        .query_async(&mut conn)
+                        .await
+                })
+                .await?
+        };
         match created.0 {
             Some(_) => Ok(()),
             // Two creations of one id raced (a 2024-11-05 `initialize` on two replicas), or a
@@ -124,18 +140,28 @@ impl SessionStore for RedisSessionStore {
             (self.redis.keys.session(key), self.redis.keys.owner(&key.id));
         let mut conn = self.redis.conn.clone();
         let secs = ttl_secs(ttl);
+        let expire = |key: &str| redis::cmd("EXPIRE").arg(key).arg(secs).clone();
+        let (session_expire, owner_expire) = (expire(&session_key), expire(&owner_key));
+        let cluster = self.redis.is_cluster();
         let (touched, _): (i64, i64) = self
             .redis
             .run("session_touch", async move {
-                redis::pipe()
-                    .cmd("EXPIRE")
-                    .arg(&session_key)
-                    .arg(secs)
-                    .cmd("EXPIRE")
-                    .arg(&owner_key)
-                    .arg(secs)
-                    .query_async(&mut conn)
-                    .await
+                if cluster {
+                    // Two slots: two commands, sent together.
+                    let mut other = conn.clone();
+                    let (a, b) = futures_util::future::join(
+                        session_expire.query_async::<i64>(&mut conn),
+                        owner_expire.query_async::<i64>(&mut other),
+                    )
+                    .await;
+                    Ok((a?, b?))
+                } else {
+                    redis::pipe()
+                        .add_command(session_expire)
+                        .add_command(owner_expire)
+                        .query_async(&mut conn)
+                        .await
+                }
             })
             .await?;
         Ok(touched == 1)

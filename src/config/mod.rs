@@ -215,15 +215,25 @@ pub enum StoreConfig {
     Redis(RedisConfig),
 }
 
-/// A Redis server (standalone; see the README for Sentinel and Cluster).
+/// Redis: one primary or a Redis Cluster (see the README for Sentinel).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedisConfig {
-    /// `redis://[user:password@]host:port[/db]`, `rediss://` for TLS. May hold a password.
-    pub url: Secret,
+    /// Where Redis is.
+    pub target: RedisTarget,
     /// First component of every key (default `sy`), so several gateways can share a Redis.
     pub prefix: String,
     /// Bound on every Redis operation (default 2s); beyond it the store counts as unavailable.
     pub timeout: Duration,
+}
+
+/// How the gateway reaches Redis. Every URL is `redis://[user:password@]host:port[/db]`
+/// (`rediss://` for TLS) and may hold a password.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RedisTarget {
+    /// `url`: one primary.
+    Single(Secret),
+    /// `cluster`: seed nodes of a Redis Cluster (database 0); the rest is discovered.
+    Cluster(Vec<Secret>),
 }
 
 /// One tenant: one MCP endpoint in front of its upstreams.

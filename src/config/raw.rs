@@ -88,7 +88,10 @@ pub enum RawStore {
 #[schemars(rename = "Redis")]
 #[serde(deny_unknown_fields)]
 pub struct RawRedis {
+    /// One Redis primary.
     pub url: Field<String>,
+    /// Seed nodes of a Redis Cluster (instead of `url`).
+    pub cluster: Field<Vec<Sp<String>>>,
     pub prefix: Field<String>,
     pub timeout: Field<Dur>,
 }

@@ -424,7 +424,10 @@ fn redis_store_and_stdio_pools() {
     let StoreConfig::Redis(r) = &config.sessions.store else {
         panic!("expected the Redis store");
     };
-    assert_eq!(r.url.expose(), "redis://:pw@127.0.0.1:6390/2");
+    let RedisTarget::Single(url) = &r.target else {
+        panic!("expected one primary");
+    };
+    assert_eq!(url.expose(), "redis://:pw@127.0.0.1:6390/2");
     assert_eq!(r.prefix, "gw1");
     assert_eq!(r.timeout, Duration::from_millis(750));
     // The password never shows in debug output.
@@ -464,6 +467,55 @@ fn redis_store_and_stdio_pools() {
             "test.yaml:4:50: tenants[0].upstreams[0].stdio.pool_size: `pool_size` must be from 1 to 64, got 0"
         ]
     );
+}
+
+#[test]
+fn redis_cluster_seeds_are_checked_without_showing_passwords() {
+    let store = |redis: &str| format!("sessions: {{store: {{redis: {redis}}}}}\n{MINIMAL}");
+    let config = ok(&store(
+        "{cluster: [\"redis://:pw@10.0.0.1:7000\", \"rediss://:pw@10.0.0.2:7000/0\"], prefix: c1}",
+    ));
+    let StoreConfig::Redis(r) = &config.sessions.store else {
+        panic!("expected the Redis store");
+    };
+    let RedisTarget::Cluster(seeds) = &r.target else {
+        panic!("expected a cluster");
+    };
+    let seeds: Vec<&str> = seeds.iter().map(|s| s.expose()).collect();
+    assert_eq!(
+        seeds,
+        ["redis://:pw@10.0.0.1:7000", "rediss://:pw@10.0.0.2:7000/0"]
+    );
+    assert_eq!(r.prefix, "c1");
+    assert!(!format!("{r:?}").contains("pw@"), "{r:?}");
+
+    assert_eq!(
+        errors(&store("{url: \"redis://h:1\", cluster: [\"redis://h:2\"]}")),
+        vec![
+            "test.yaml:1:57: sessions.store.redis.cluster: `url` and `cluster` are mutually exclusive: give `url` for one Redis primary or `cluster` for the seed nodes of a Redis Cluster"
+        ]
+    );
+    assert_eq!(
+        errors(&store("{prefix: x}")),
+        vec![
+            "test.yaml:1:19: sessions.store: missing required field `url` (one Redis primary) or `cluster` (Redis Cluster seed nodes)"
+        ]
+    );
+    assert_eq!(
+        errors(&store("{cluster: []}")),
+        vec!["test.yaml:1:37: sessions.store.redis.cluster: `cluster` needs at least one seed URL"]
+    );
+    let bad = errors(&store(
+        "{cluster: [\"redis://:secret@h:1\", \"http://:secret@h:2\", \"redis://:secret@h:3/2\"]}",
+    ));
+    assert_eq!(
+        bad,
+        vec![
+            "test.yaml:1:61: sessions.store.redis.cluster[1]: the Redis URL must look like redis://[user:password@]host:port[/db] (rediss:// for TLS)",
+            "test.yaml:1:83: sessions.store.redis.cluster[2]: a Redis Cluster has database 0 only: drop the /<db> from the seed URL",
+        ]
+    );
+    assert!(!bad.concat().contains("secret"));
 }
 
 #[test]

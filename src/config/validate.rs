@@ -17,8 +17,9 @@ use super::subst::HIDDEN_VALUE;
 use super::units::{format_duration, format_size};
 use super::validate_security::TenantPath;
 use super::{
-    AdminToken, Config, FailurePolicy, Limits, PrefixConfig, PrefixMode, RedisConfig, Secret,
-    ServerIdentity, SessionBounds, SessionConfig, StoreConfig, TelemetryConfig, TenantConfig,
+    AdminToken, Config, FailurePolicy, Limits, PrefixConfig, PrefixMode, RedisConfig, RedisTarget,
+    Secret, ServerIdentity, SessionBounds, SessionConfig, StoreConfig, TelemetryConfig,
+    TenantConfig,
 };
 
 pub(super) const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -470,23 +471,36 @@ fn session_bounds(checker: &mut Checker<'_>, raw: Option<&RawSessions>) -> Optio
     })
 }
 
-/// `store: {redis: {url, prefix, timeout}}`. The URL may hold a password: never shown.
+/// `store: {redis: {url | cluster, prefix, timeout}}`. URLs may hold a password: never shown.
 fn redis_store(checker: &mut Checker<'_>, parent: &Loc, raw: &RawRedis) -> Option<RedisConfig> {
-    let url = match &raw.url {
-        None => {
-            checker.missing(parent, "url");
+    let target = match (&raw.url, &raw.cluster) {
+        (None, None) => {
+            checker.error(
+                parent,
+                "missing required field `url` (one Redis primary) or `cluster` (Redis Cluster seed nodes)",
+            );
             None
         }
-        Some(sp) => sp.get().and_then(|url| {
-            let scheme_ok = url.starts_with("redis://") || url.starts_with("rediss://");
-            if !scheme_ok || url.len() <= "rediss://".len() {
-                checker.error(
-                    &sp.loc,
-                    "the Redis URL must look like redis://[user:password@]host:port[/db] (rediss:// for TLS)",
-                );
+        (Some(_), Some(cluster)) => {
+            checker.error(
+                &cluster.loc,
+                "`url` and `cluster` are mutually exclusive: give `url` for one Redis primary or `cluster` for the seed nodes of a Redis Cluster",
+            );
+            None
+        }
+        (Some(sp), None) => redis_url(checker, sp, false).map(RedisTarget::Single),
+        (None, Some(sp)) => sp.get().and_then(|seeds| {
+            if seeds.is_empty() {
+                checker.error(&sp.loc, "`cluster` needs at least one seed URL");
                 return None;
             }
-            Some(Secret::new(url.clone()))
+            let urls: Vec<Option<Secret>> = seeds
+                .iter()
+                .map(|seed| redis_url(checker, seed, true))
+                .collect();
+            urls.into_iter()
+                .collect::<Option<Vec<_>>>()
+                .map(RedisTarget::Cluster)
         }),
     };
     let prefix = match &raw.prefix {
@@ -513,10 +527,34 @@ fn redis_store(checker: &mut Checker<'_>, parent: &Loc, raw: &RawRedis) -> Optio
         "timeout",
     );
     Some(RedisConfig {
-        url: url?,
+        target: target?,
         prefix: prefix?,
         timeout: timeout?,
     })
+}
+
+/// One Redis URL (never echoed: it may hold a password). A cluster node has database 0 only.
+fn redis_url(checker: &mut Checker<'_>, sp: &Sp<String>, cluster: bool) -> Option<Secret> {
+    let url = sp.get()?;
+    let scheme_ok = url.starts_with("redis://") || url.starts_with("rediss://");
+    let parsed = url::Url::parse(url)
+        .ok()
+        .filter(|u| u.host_str().is_some_and(|h| !h.is_empty()));
+    let Some(parsed) = parsed.filter(|_| scheme_ok) else {
+        checker.error(
+            &sp.loc,
+            "the Redis URL must look like redis://[user:password@]host:port[/db] (rediss:// for TLS)",
+        );
+        return None;
+    };
+    if cluster && !matches!(parsed.path(), "" | "/" | "/0") {
+        checker.error(
+            &sp.loc,
+            "a Redis Cluster has database 0 only: drop the /<db> from the seed URL",
+        );
+        return None;
+    }
+    Some(Secret::new(url.clone()))
 }
 
 /// The paths below each tenant endpoint that serve the 2024-11-05 HTTP+SSE transport

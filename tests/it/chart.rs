@@ -404,6 +404,48 @@ fn runtimes_values_render_the_runtimes_image_with_npx_and_uvx_upstreams() {
 }
 
 #[test]
+fn a_redis_cluster_store_renders_its_seeds_and_url_with_cluster_is_refused() {
+    let (helm, dir) = (Helm::new(), TempDir::new("chart-redis-cluster"));
+    // The production-shaped values with the seeds of a cluster instead of the URL.
+    let production = read("helm/switchyard/ci/tls-redis-two-tenants-values.yaml");
+    let url_line =
+        "        url: \"redis://:${REDIS_PASSWORD}@redis-master.data.svc.cluster.local:6379/0\"\n";
+    assert!(production.contains(url_line));
+    let seeds = "        cluster:\n          - \"redis://:${REDIS_PASSWORD}@rc-0.rc:6379\"\n          - \"redis://:${REDIS_PASSWORD}@rc-1.rc:6379\"\n";
+    let values = dir.path("cluster-values.yaml");
+    std::fs::write(&values, production.replace(url_line, seeds)).expect("values");
+    let (docs, checked) = verified_render(&helm, &dir, &values, &[]);
+    assert!(checked.contains("ok (2 tenant(s)"), "{checked}");
+    let routing = routing_config(&docs);
+    assert_eq!(
+        routing["sessions"]["store"]["redis"]["cluster"],
+        json!([
+            "redis://:${REDIS_PASSWORD}@rc-0.rc:6379",
+            "redis://:${REDIS_PASSWORD}@rc-1.rc:6379"
+        ])
+    );
+    assert!(routing["sessions"]["store"]["redis"].get("url").is_none());
+    // Pods still migrate first, and the password still comes from the Secret.
+    let container = gateway_container(&docs);
+    assert_eq!(
+        env_value(container, "REDIS_PASSWORD")["valueFrom"]["secretKeyRef"]["name"],
+        "switchyard-redis"
+    );
+
+    let both = dir.path("both-values.yaml");
+    std::fs::write(
+        &both,
+        production.replace(url_line, &format!("{url_line}{seeds}")),
+    )
+    .expect("values");
+    let refused = helm.template(&both, &[]).expect_failure();
+    assert!(
+        refused.contains("values don't meet the specifications of the schema(s)"),
+        "{refused}"
+    );
+}
+
+#[test]
 fn invalid_values_are_refused_by_the_schema() {
     let helm = Helm::new();
     let values = repo().join("tests/helm/invalid-values.yaml");

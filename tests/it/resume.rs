@@ -44,11 +44,11 @@ fn take_events(buf: &mut String) -> Vec<Event> {
 
 /// What a resuming client saw.
 #[derive(Default)]
-struct Seen {
+pub(crate) struct Seen {
     progress: Vec<u64>,
     response: Option<Value>,
     last_id: Option<String>,
-    connections: usize,
+    pub(crate) connections: usize,
     primed: bool,
 }
 
@@ -116,7 +116,7 @@ async fn read_some(
 
 /// Calls the demo `sleep` tool with 1,000 progress steps on `post_url`, cutting and resuming
 /// on `resume_urls` in turn, and checks exactly-once, in-order delivery.
-async fn cut_and_resume(c: &RawClient, resume_urls: &[String], seed: u64) -> Seen {
+pub(crate) async fn cut_and_resume(c: &RawClient, resume_urls: &[String], seed: u64) -> Seen {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let request_id = c.next_id();
     let body = json!({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {
@@ -295,7 +295,9 @@ async fn random_cuts_resumed_on_other_replicas_through_redis() {
     let redis = crate::support::redis::RedisServer::start().await;
     let mut cfg = demo_gateway_config();
     cfg.sessions.store = switchyard::config::StoreConfig::Redis(switchyard::config::RedisConfig {
-        url: switchyard::config::Secret::new(redis.url()),
+        target: switchyard::config::RedisTarget::Single(switchyard::config::Secret::new(
+            redis.url(),
+        )),
         prefix: "resume".into(),
         timeout: Duration::from_millis(500),
     });
