@@ -133,6 +133,25 @@ async fn check_migrate_and_sessions_spread_over_the_primaries_across_replicas() 
         .expect("GET");
     assert_eq!(layout, Some(1));
 
+    // The session store's contract (create, load, update, touch, delete, the owner index on
+    // another slot than the record) holds on the cluster as on one primary.
+    let suite = on_cluster(&cluster, "suite", Duration::from_secs(2), Vec::new());
+    let StoreConfig::Redis(suite) = &suite.sessions.store else {
+        unreachable!("on_cluster configures Redis")
+    };
+    let redis = switchyard::cluster::Redis::connect(suite)
+        .await
+        .expect("connect to the cluster");
+    assert!(redis.is_cluster());
+    redis.migrate().await.expect("migrate");
+    crate::session_store::contract(
+        &switchyard::session::SessionBackend::Redis(switchyard::cluster::RedisSessionStore::new(
+            redis,
+        )),
+        "redis cluster",
+    )
+    .await;
+
     let a = TestGateway::start(cfg.clone()).await;
     let b = TestGateway::start(cfg).await;
     let mut sessions = Vec::new();
