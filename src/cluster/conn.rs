@@ -22,7 +22,7 @@ pub(crate) enum Conn {
 /// What the bus needs to open its own subscriber connection.
 #[derive(Clone)]
 pub(crate) enum Subscriber {
-    Single(redis::Client),
+    Single(Box<redis::Client>),
     /// The seed nodes (the bus builds a RESP3 cluster client with a push channel from them).
     Cluster(Vec<ConnectionInfo>),
 }
@@ -53,7 +53,7 @@ impl Conn {
                 .await
                 .map_err(|_| "cannot reach Redis: timed out".to_owned())?
                 .map_err(|e| format!("cannot reach Redis: {}", describe(&e)))?;
-                Ok((Conn::Single(conn), Subscriber::Single(client)))
+                Ok((Conn::Single(conn), Subscriber::Single(Box::new(client))))
             }
             RedisTarget::Cluster(seeds) => {
                 let seeds = seeds
@@ -78,8 +78,30 @@ impl Conn {
         matches!(self, Conn::Cluster(_))
     }
 
-    /// The primaries of a cluster (`CLUSTER NODES`, failed ones left out); `None` on one
-    /// primary.
+    /// Whether Redis answers: on a cluster, every primary serving slots, each asked directly
+    /// (a cluster connection would answer a `PING` from whichever node it still reaches), so
+    /// a lost primary shows until its replica is promoted.
+    pub(crate) async fn ping(&mut self) -> redis::RedisResult<()> {
+        let Some(primaries) = self.primaries().await? else {
+            return redis::cmd("PING").query_async(self).await;
+        };
+        if primaries.is_empty() {
+            return Err((
+                redis::ErrorKind::ClusterConnectionNotFound,
+                "no primary serves slots",
+            )
+                .into());
+        }
+        let pings = primaries.iter().map(|node| {
+            let mut conn = self.clone();
+            async move { conn.query_node::<()>(Some(node), redis::cmd("PING")).await }
+        });
+        futures_util::future::try_join_all(pings).await.map(|_| ())
+    }
+
+    /// The primaries serving slots of a cluster (`CLUSTER NODES`; one flagged failed is kept
+    /// as long as it holds slots: its slots are unserved until a replica takes them); `None`
+    /// on one primary.
     pub(crate) async fn primaries(&mut self) -> redis::RedisResult<Option<Vec<Node>>> {
         let Conn::Cluster(conn) = self else {
             return Ok(None);
@@ -152,14 +174,13 @@ pub(crate) fn cluster_builder(
         .max_retry_wait(500)
 }
 
-/// `host:port` of every primary not flagged failed in a `CLUSTER NODES` reply.
+/// `host:port` of every primary serving slots in a `CLUSTER NODES` reply.
 fn parse_primaries(text: &str) -> Vec<Node> {
     text.lines()
         .filter_map(|line| {
             let mut fields = line.split(' ');
             let (_id, address, flags) = (fields.next()?, fields.next()?, fields.next()?);
-            let flags: Vec<&str> = flags.split(',').collect();
-            if !flags.contains(&"master") || flags.iter().any(|f| f.starts_with("fail")) {
+            if !flags.split(',').any(|f| f == "master") {
                 return None;
             }
             // `host:port@cport[,hostname]`
@@ -186,12 +207,14 @@ mod tests {
 07c3 127.0.0.1:30004@40004 slave e7d1 0 1426238317239 4 connected
 67ed 127.0.0.1:30002@40002 master - 0 1426238316232 2 connected 5461-10922
 292f 127.0.0.1:30003@40003,cache-3 master - 0 1426238318243 3 connected 10923-16383
-6ec2 127.0.0.1:30005@40005 master,fail - 1426238316232 1426238316232 5 disconnected
+6ec2 127.0.0.1:30005@40005 master,fail - 1426238316232 1426238316232 5 disconnected 16000
+6ec3 127.0.0.1:30007@40007 master,fail - 1426238316232 1426238316232 5 disconnected
 824f 127.0.0.1:30006@40006 master - 0 1426238317741 6 connected
 e7d1 127.0.0.1:30001@40001 myself,master - 0 0 1 connected 0-5460
 ";
         let ports: Vec<u16> = parse_primaries(text).iter().map(|n| n.port).collect();
-        assert_eq!(ports, vec![30002, 30003, 30001]);
+        // 30005 failed but still holds slots: they are unserved, so it counts.
+        assert_eq!(ports, vec![30002, 30003, 30005, 30001]);
         assert_eq!(parse_primaries(text)[0].host, "127.0.0.1");
         assert!(parse_primaries("garbage\n\n").is_empty());
     }

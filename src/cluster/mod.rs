@@ -110,14 +110,10 @@ impl Redis {
             .ok_or_else(|| StoreError::Corrupt("the stored signing secret is missing".into()))
     }
 
-    /// Whether Redis answers (readiness): on a cluster, every primary (`PING` goes to each).
+    /// Whether Redis answers (readiness): on a cluster, every primary serving slots.
     pub async fn ping(&self) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
-        self.run("ping", async move {
-            redis::cmd("PING").query_async::<()>(&mut conn).await
-        })
-        .await
-        .map(|_| ())
+        self.run("ping", async move { conn.ping().await }).await
     }
 }
 

@@ -17,6 +17,7 @@ use crate::support::TempDir;
 use crate::support::client::{self, RawClient};
 use crate::support::config::{config, demo_stdio, gateway_exe, http, tenant, upstream};
 use crate::support::gateway::TestGateway;
+use crate::support::limits::assert_refused_before_session;
 use crate::support::peers::{HttpPeer, everything_stdio, free_port};
 use crate::support::redis_cluster::RedisCluster;
 
@@ -68,16 +69,17 @@ async fn check_migrate_and_sessions_spread_over_the_primaries_across_replicas() 
         &path,
         format!(
             "sessions:\n  store: {{redis: {{cluster: [\"{}\"], prefix: spread}}}}\n\
-             tenants:\n  - name: t\n    upstreams:\n      - {{name: r, http: {{url: \"{}\"}}}}\n",
+             tenants:\n  - name: t\n    limits: {{sessions_per_user: 30}}\n    upstreams:\n      - {{name: r, http: {{url: \"{url}\"}}}}\n\
+             \x20 - name: tight\n    limits: {{requests_per_user: {{rate: 1/h, burst: 6}}}}\n    upstreams:\n      - {{name: r, http: {{url: \"{url}\"}}}}\n",
             cluster.seeds()[0],
-            peer.url()
+            url = peer.url()
         ),
     )
     .expect("config");
     let out = switchyard(&["check", "--config"], &path).await;
     assert!(out.status.success(), "{out:?}");
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("ok (1 tenant(s)"),
+        String::from_utf8_lossy(&out.stdout).contains("ok (2 tenant(s)"),
         "{out:?}"
     );
     let cfg = switchyard::config::load(&path).expect("valid config");
@@ -131,6 +133,25 @@ async fn check_migrate_and_sessions_spread_over_the_primaries_across_replicas() 
         .expect("GET");
     assert_eq!(layout, Some(1));
 
+    // The session store's contract (create, load, update, touch, delete, the owner index on
+    // another slot than the record) holds on the cluster as on one primary.
+    let suite = on_cluster(&cluster, "suite", Duration::from_secs(2), Vec::new());
+    let StoreConfig::Redis(suite) = &suite.sessions.store else {
+        unreachable!("on_cluster configures Redis")
+    };
+    let redis = switchyard::cluster::Redis::connect(suite)
+        .await
+        .expect("connect to the cluster");
+    assert!(redis.is_cluster());
+    redis.migrate().await.expect("migrate");
+    crate::session_store::contract(
+        &switchyard::session::SessionBackend::Redis(switchyard::cluster::RedisSessionStore::new(
+            redis,
+        )),
+        "redis cluster",
+    )
+    .await;
+
     let a = TestGateway::start(cfg.clone()).await;
     let b = TestGateway::start(cfg).await;
     let mut sessions = Vec::new();
@@ -154,6 +175,35 @@ async fn check_migrate_and_sessions_spread_over_the_primaries_across_replicas() 
         per_primary.iter().filter(|n| **n > 0).count() > 1,
         "session records on more than one primary: {per_primary:?}"
     );
+    // The limits are counted on the cluster (each tenant's keys on one slot), for both
+    // replicas together: a 31st session of the same user is refused on B, and a tenant's
+    // request bucket runs dry across A and B.
+    let extra = RawClient::new(b.url("t"));
+    let id = extra.next_id();
+    let refused = extra
+        .post(
+            &json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}}),
+        )
+        .await;
+    assert_refused_before_session(&refused, "sessions_per_user", 3600);
+    let mut tight = RawClient::new(a.url("tight"));
+    tight.initialize().await;
+    let mut refused_at = None;
+    for n in 0..10 {
+        let gw = if n % 2 == 0 { &b } else { &a };
+        let r = continuing(gw.url("tight"), &tight)
+            .request("ping", json!({}))
+            .await;
+        if r.status == 429 || r.error_code() == Some(-32029) {
+            refused_at = Some(n);
+            break;
+        }
+        assert_eq!(r.status, 200, "{r:?}");
+    }
+    assert!(refused_at.is_some(), "the bucket of 6 never ran dry");
+
     // Ending a session on B ends it on A too.
     let ended = continuing(b.url("t"), &sessions[0]);
     assert_eq!(ended.delete().await.status, 200);
@@ -334,6 +384,15 @@ async fn a_primary_killed_under_traffic_fails_over_without_restarting_the_gatewa
             (outcome, started.elapsed())
         }
     };
+    let ready = |gw: &TestGateway| {
+        let url = format!("http://{}/readyz", gw.addr);
+        async move {
+            reqwest::get(url)
+                .await
+                .map(|r| r.status().as_u16())
+                .unwrap_or(0)
+        }
+    };
     let mut outcomes = Vec::new();
     let mut created: Vec<RawClient> = Vec::new();
     let mut initialized_while_down = 0;
@@ -344,6 +403,16 @@ async fn a_primary_killed_under_traffic_fails_over_without_restarting_the_gatewa
         if killed_at.is_none() && Instant::now() >= kill_at {
             cluster.kill(victim).await;
             killed_at = Some(Instant::now());
+            // Readiness pings every primary: it reports the lost one before the promotion.
+            let mut seen_unready = false;
+            for _ in 0..40 {
+                if ready(&gws[0]).await == 503 {
+                    seen_unready = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            assert!(seen_unready, "/readyz stayed 200 with a primary down");
         }
         for i in 0..sessions.len() {
             outcomes.push(call(i, round).await);
@@ -407,12 +476,15 @@ async fn a_primary_killed_under_traffic_fails_over_without_restarting_the_gatewa
         .filter(|(o, _)| matches!(o, Outcome::Unavailable))
         .count();
     let slowest = outcomes.iter().map(|(_, t)| *t).max().unwrap_or_default();
-    eprintln!(
-        "failover: {} calls, {unavailable} answered 503, slowest {slowest:?}, {} sessions on the killed primary, {} created during the failover",
-        outcomes.len(),
-        on_victim.len(),
-        created.len()
-    );
+    #[allow(clippy::print_stderr)] // the failover's figures, in the test's output
+    {
+        eprintln!(
+            "failover: {} calls, {unavailable} answered 503, slowest {slowest:?}, {} sessions on the killed primary, {} created during the failover",
+            outcomes.len(),
+            on_victim.len(),
+            created.len()
+        );
+    }
     // The sessions created during the failover work on the other replica.
     for (n, c) in created.iter().enumerate() {
         let other = continuing(gws[(n + 1) % 2].url("t"), c);
@@ -424,10 +496,7 @@ async fn a_primary_killed_under_traffic_fails_over_without_restarting_the_gatewa
     fresh.initialize().await;
     assert_eq!(fresh.request("ping", json!({})).await.status, 200);
     for gw in &gws {
-        let ready = reqwest::get(format!("http://{}/readyz", gw.addr))
-            .await
-            .expect("readyz");
-        assert_eq!(ready.status(), 200);
+        assert_eq!(ready(gw).await, 200);
     }
     // The promoted replica holds the records of the sessions that lived on the killed primary.
     let promoted = cluster.primaries().await;
@@ -462,12 +531,7 @@ async fn a_primary_killed_under_traffic_fails_over_without_restarting_the_gatewa
         200
     );
     let closed = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            match stream.chunk().await {
-                Ok(Some(_)) => continue,
-                _ => break,
-            }
-        }
+        while let Ok(Some(_)) = stream.chunk().await {}
     })
     .await;
     assert!(

@@ -69,7 +69,7 @@ async fn redis_store(server: &RedisServer) -> SessionBackend {
 }
 
 /// The whole contract, against one backend.
-async fn contract(store: &SessionBackend, label: &str) {
+pub(crate) async fn contract(store: &SessionBackend, label: &str) {
     let ttl = Duration::from_secs(600);
     let id = SessionId::generate();
     let mine = key("acme", "alice", &id);
