@@ -110,8 +110,12 @@ pub struct LiveSession {
     resumable: Mutex<std::collections::BTreeMap<String, UpstreamSessionRecord>>,
     /// Reaches the other replicas (their GET streams, their server-to-client requests).
     pub bus: Arc<Bus>,
-    /// The client's `logging/setLevel`, for upstreams that take it per request.
+    /// The client's `logging/setLevel`, for upstreams that take it per request, and to set
+    /// again on a new upstream session.
     log_level: Mutex<Option<Arc<str>>>,
+    /// The client's resource subscriptions (upstream name → its own URIs), to make again on a
+    /// new upstream session (`SessionRecord::subscriptions`).
+    subscriptions: Mutex<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>>,
     /// The client's capabilities and info as raw JSON, for stateless upstreams' `_meta`.
     client_meta: std::sync::OnceLock<crate::protocol::modern::ClientMeta>,
     /// Names an upstream's task for this client (`upstream`, own id → public id): given by
@@ -178,6 +182,7 @@ impl LiveSession {
             resumable: Mutex::default(),
             bus,
             log_level: Mutex::default(),
+            subscriptions: Mutex::default(),
             client_meta: std::sync::OnceLock::new(),
             task_namer: std::sync::OnceLock::new(),
         }
@@ -256,6 +261,7 @@ impl LiveSession {
         s.initialized = AtomicBool::new(record.initialized);
         s.resumable = Mutex::new(record.upstream_sessions);
         s.log_level = Mutex::new(record.log_level.map(Arc::from));
+        s.subscriptions = Mutex::new(record.subscriptions);
         s
     }
 
@@ -282,6 +288,11 @@ impl LiveSession {
             client_info: self.client_info.clone(),
             initialized: self.is_initialized(),
             upstream_sessions,
+            subscriptions: self
+                .subscriptions
+                .lock()
+                .map(|s| s.clone())
+                .unwrap_or_default(),
             created_at_ms: self.created_at_ms,
             transport: self.transport,
             log_level: self.log_level().map(|l| l.to_string()),
@@ -300,6 +311,38 @@ impl LiveSession {
             *l = Some(level.into());
         }
         self.mark_dirty();
+    }
+
+    /// The upstream's own URIs of the resources the client subscribed to there.
+    pub fn subscriptions(&self, upstream: &str) -> Vec<String> {
+        self.subscriptions
+            .lock()
+            .ok()
+            .and_then(|s| s.get(upstream).map(|uris| uris.iter().cloned().collect()))
+            .unwrap_or_default()
+    }
+
+    /// Records a subscription the upstream accepted (`on`) or ended (written back to the
+    /// store when it changes anything).
+    pub fn set_subscribed(&self, upstream: &str, uri: &str, on: bool) {
+        let Ok(mut subs) = self.subscriptions.lock() else {
+            return;
+        };
+        let changed = if on {
+            subs.entry(upstream.to_owned())
+                .or_default()
+                .insert(uri.to_owned())
+        } else {
+            let removed = subs.get_mut(upstream).is_some_and(|uris| uris.remove(uri));
+            if subs.get(upstream).is_some_and(|uris| uris.is_empty()) {
+                subs.remove(upstream);
+            }
+            removed
+        };
+        drop(subs);
+        if changed {
+            self.mark_dirty();
+        }
     }
 
     pub fn mark_dirty(&self) {
