@@ -6,7 +6,8 @@
 //! them up again with the client's level and subscriptions before the client's request goes
 //! on: the new process reports the level and the subscription, and a change of the resource
 //! reaches the client's GET stream on B. With a shared process pool, B's process is
-//! subscribed when the session first uses it. A request in flight on A when it is killed
+//! subscribed when the session first uses it; a process of B that crashes is set up again
+//! the same way when it restarts. A request in flight on A when it is killed
 //! fails (its connection is cut); on SIGTERM it finishes.
 
 use std::time::{Duration, Instant};
@@ -15,6 +16,7 @@ use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
 use crate::cluster::read_until;
+use crate::limits_sessions::children_of;
 use crate::support::TempDir;
 use crate::support::client::{RawClient, text};
 use crate::support::config::demo_server_exe;
@@ -179,6 +181,24 @@ async fn stdio_process_handed_over(signal: Signal, sharing: &str) {
     .await
     .expect("the resource update on the client's GET stream from B");
     assert!(updated.contains(uri), "{updated}");
+
+    // B's process crashes: the one started in its place is set up again too (per-session: the
+    // client's level and subscriptions; shared: the subscriptions of its sessions).
+    let children = children_of(b.pid());
+    assert_eq!(children.len(), 1, "B runs one process: {children:?}");
+    let crashed = nix::unistd::Pid::from_raw(i32::try_from(children[0]).expect("pid"));
+    nix::sys::signal::kill(crashed, Signal::SIGKILL).expect("the process is killed");
+    let expected = format!("{level_on_b} subscriptions=test://watched-resource");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = cb.call_tool("fx__test_session_state", json!({})).await;
+        let seen = state.last()["result"]["content"][0]["text"].as_str() == Some(&expected);
+        if seen && !children_of(b.pid()).contains(&children[0]) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "after the crash: {state:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // Unsubscribed through B: a later process is not subscribed again.
     result_of(&cb, "resources/unsubscribe", json!({ "uri": uri })).await;
