@@ -75,6 +75,36 @@ async fn result_of(c: &RawClient, method: &str, params: Value) -> Value {
     result
 }
 
+/// Starts a 2 s call that reports progress (server-everything's long-running operation) and
+/// reads its stream up to the first progress event: the stream, and that event's id.
+async fn streamed_call(c: &RawClient) -> (reqwest::Response, String) {
+    let id = c.next_id();
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "trigger-long-running-operation",
+        "arguments": {"duration": 2, "steps": 4},
+        "_meta": {"progressToken": "p1"}}});
+    let mut req = c.http.post(&c.url).body(body.to_string());
+    for (k, v) in c.standard_headers() {
+        req = req.header(k, v);
+    }
+    let mut resp = req.send().await.expect("POST reaches A");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut seen = String::new();
+    loop {
+        let chunk = tokio::time::timeout_at(deadline, resp.chunk()).await;
+        let Ok(Ok(Some(chunk))) = chunk else {
+            panic!("no progress event on the call's stream: {seen}");
+        };
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+        let event = seen
+            .split("\n\n")
+            .find(|e| e.contains("notifications/progress"));
+        if let Some(id) = event.and_then(|e| e.lines().find_map(|l| l.strip_prefix("id:"))) {
+            return (resp, id.trim().to_owned());
+        }
+    }
+}
+
 /// Stops replica A with `signal` and waits for its exit; returns its log.
 async fn stop_with(a: GatewayProcess, signal: Signal) -> String {
     a.signal(signal);
@@ -267,12 +297,39 @@ async fn sse_stream_handed_over(signal: Signal) {
         .to_owned();
     result_of(&c, "logging/setLevel", json!({"level": "error"})).await;
     result_of(&c, "resources/subscribe", json!({ "uri": uri })).await;
+    // A streamed call in flight on A: its first progress event is recorded, then A goes away.
+    let (mut in_flight, last_event) = streamed_call(&c).await;
     let a_log = stop_with(a, signal).await;
     assert!(replay_warnings(&a_log).is_empty(), "{a_log}");
+    let rest = read_until(&mut in_flight, "\"result\"", Duration::from_secs(10)).await;
 
     // On B, a new upstream stream: the subscription is made again before the tool call, which
     // starts the upstream's updates of what this stream's session subscribed to.
     let cb = on(&b, "old", &c);
+    // The call's stream on A ends before the response either way: SIGTERM closes it with a
+    // `retry` hint, SIGKILL cuts it. Resumed on B from the last event the client saw, it gives
+    // the response the drain recorded (SIGTERM) or, killed, what A recorded and never the
+    // response: nothing runs the call any more.
+    assert_eq!(rest, None, "the stream on A ends before the response");
+    let session = cb.session.clone().unwrap_or_default();
+    let mut resumed = cb
+        .get_stream(&[
+            ("accept", "text/event-stream"),
+            ("mcp-session-id", &session),
+            ("mcp-protocol-version", &cb.protocol_version),
+            ("last-event-id", &last_event),
+        ])
+        .await;
+    assert_eq!(resumed.status(), 200, "the stream resumes on B");
+    let answer = read_until(&mut resumed, "\"result\"", Duration::from_secs(5)).await;
+    match signal {
+        Signal::SIGTERM => assert!(
+            answer.is_some_and(|a| a.contains("Long running operation completed")),
+            "the drained call's response, resumed on B"
+        ),
+        _ => assert_eq!(answer, None, "no replica runs the call: no response comes"),
+    }
+    drop(resumed);
     let mut b_stream = get_stream(&cb).await;
     let toggled = cb.call_tool("toggle-subscriber-updates", json!({})).await;
     assert!(
