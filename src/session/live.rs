@@ -123,6 +123,11 @@ pub struct LiveSession {
     pub task_namer: std::sync::OnceLock<TaskNamer>,
 }
 
+/// The resource subscriptions a session record keeps (all upstreams together), and the
+/// longest URI it keeps: what a new upstream session is given again is bounded.
+pub const MAX_RECORDED_SUBSCRIPTIONS: usize = 256;
+pub const MAX_RECORDED_URI: usize = 2048;
+
 /// See `LiveSession::task_namer`.
 pub type TaskNamer = Arc<dyn Fn(&str, &str) -> String + Send + Sync>;
 
@@ -323,12 +328,20 @@ impl LiveSession {
     }
 
     /// Records a subscription the upstream accepted (`on`) or ended (written back to the
-    /// store when it changes anything).
+    /// store when it changes anything). Bounded, so no client grows the record at will: past
+    /// `MAX_RECORDED_SUBSCRIPTIONS`, or for a URI longer than `MAX_RECORDED_URI`, the
+    /// subscription holds on the upstream session it was made on only (logged).
     pub fn set_subscribed(&self, upstream: &str, uri: &str, on: bool) {
         let Ok(mut subs) = self.subscriptions.lock() else {
             return;
         };
         let changed = if on {
+            let held: usize = subs.values().map(|uris| uris.len()).sum();
+            let known = subs.get(upstream).is_some_and(|uris| uris.contains(uri));
+            if !known && (held >= MAX_RECORDED_SUBSCRIPTIONS || uri.len() > MAX_RECORDED_URI) {
+                tracing::warn!(session = %self.log_id, upstream, held, uri_bytes = uri.len(), "a subscription beyond what a session record keeps: it is not made again on a new upstream session");
+                return;
+            }
             subs.entry(upstream.to_owned())
                 .or_default()
                 .insert(uri.to_owned())
@@ -651,6 +664,36 @@ mod tests {
             serde_json::json!({}),
             Arc::new(Bus::local()),
         )
+    }
+
+    /// Accepted subscriptions go into the record and out again; the record keeps a bounded
+    /// number of bounded URIs, and a change marks it for writing back.
+    #[test]
+    fn subscriptions_are_recorded_within_bounds() {
+        let s = session();
+        s.set_subscribed("files", "file:///a", true);
+        assert!(s.take_dirty());
+        s.set_subscribed("files", "file:///a", true);
+        assert!(!s.take_dirty(), "nothing changed");
+        assert_eq!(s.subscriptions("files"), ["file:///a"]);
+        assert_eq!(s.record().subscriptions["files"].len(), 1);
+        s.set_subscribed("files", "file:///a", false);
+        assert!(s.take_dirty());
+        assert!(
+            s.record().subscriptions.is_empty(),
+            "no empty upstream entry"
+        );
+
+        let long = format!("file:///{}", "x".repeat(MAX_RECORDED_URI));
+        s.set_subscribed("files", &long, true);
+        assert!(s.subscriptions("files").is_empty() && !s.take_dirty());
+        for n in 0..MAX_RECORDED_SUBSCRIPTIONS + 10 {
+            s.set_subscribed(&format!("u{}", n % 3), &format!("r://{n}"), true);
+        }
+        let kept: usize = s.record().subscriptions.values().map(|u| u.len()).sum();
+        assert_eq!(kept, MAX_RECORDED_SUBSCRIPTIONS);
+        let restored = LiveSession::from_record(s.key.clone(), s.record(), Arc::new(Bus::local()));
+        assert_eq!(restored.subscriptions("u0"), s.subscriptions("u0"));
     }
 
     #[test]
