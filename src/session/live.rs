@@ -125,8 +125,8 @@ pub struct LiveSession {
 
 /// The resource subscriptions a session record keeps (all upstreams together), and the
 /// longest URI it keeps: what a new upstream session is given again is bounded.
-pub const MAX_RECORDED_SUBSCRIPTIONS: usize = 256;
-pub const MAX_RECORDED_URI: usize = 2048;
+const MAX_RECORDED_SUBSCRIPTIONS: usize = 256;
+const MAX_RECORDED_URI: usize = 2048;
 
 /// See `LiveSession::task_namer`.
 pub type TaskNamer = Arc<dyn Fn(&str, &str) -> String + Send + Sync>;
