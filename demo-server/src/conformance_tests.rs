@@ -417,3 +417,60 @@ async fn logging_and_progress_tools_stream() {
     assert!(!plain.streams());
     assert!(timeout(LIMIT, plain.run(None)).await.unwrap().is_some());
 }
+
+/// With `--test-tools`, the fixture reports the session state it holds and changes what was
+/// subscribed to (a gateway's hand-over is checked with them); without, they do not exist.
+#[tokio::test]
+async fn test_tools_report_the_session_state_and_touch_subscriptions() {
+    let plain = fixture(&json!({}));
+    let r = reply(
+        &plain,
+        &call_msg(&json!(1), "test_session_state", &json!({})),
+    );
+    assert_eq!(error_of(&r).0, -32602, "{r}");
+
+    let opts = DemoOptions {
+        test_tools: true,
+        ..fixture_opts()
+    };
+    let s = Server::new(&opts).unwrap().session(Transport::Stdio);
+    reply(&s, &init_msg(&json!({})));
+    let names = request(&s, "tools/list", &json!({}))["result"]["tools"].to_string();
+    assert!(
+        names.contains("test_session_state") && names.contains("test_touch_subscribed"),
+        "{names}"
+    );
+    let state =
+        |s: &Arc<Session>| call(s, "test_session_state", &json!({}))["content"][0]["text"].clone();
+    assert_eq!(state(&s), "level=debug subscriptions=");
+    request(&s, "logging/setLevel", &json!({"level": "error"}));
+    request(
+        &s,
+        "resources/subscribe",
+        &json!({"uri": "test://watched-resource"}),
+    );
+    assert_eq!(
+        state(&s),
+        "level=error subscriptions=test://watched-resource"
+    );
+
+    let d = deferred(
+        &s,
+        &call_msg(&json!(2), "test_touch_subscribed", &json!({})),
+    );
+    let (tx, mut rx) = mpsc::channel(8);
+    let out = timeout(LIMIT, d.run(Some(&tx))).await.unwrap().unwrap();
+    let updated = json_of(&rx.try_recv().unwrap());
+    assert_eq!(
+        (&updated["method"], &updated["params"]["uri"]),
+        (
+            &json!("notifications/resources/updated"),
+            &json!("test://watched-resource")
+        )
+    );
+    assert!(rx.try_recv().is_err(), "one notification per subscription");
+    assert_eq!(
+        json_of(&out)["result"]["content"][0]["text"],
+        "updated: test://watched-resource"
+    );
+}

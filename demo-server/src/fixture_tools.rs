@@ -31,6 +31,9 @@ const PARAM_HEADERS_TOOL: &str = "test_mcp_param_headers";
 #[derive(Debug)]
 pub(crate) enum FixtureJob {
     Logging,
+    /// Test only: a `notifications/resources/updated` for each resource the client
+    /// subscribed to, then the list of them.
+    TouchSubscribed,
     Progress,
     Reconnection,
     Sampling {
@@ -52,7 +55,9 @@ pub(crate) enum Form {
     Enums,
 }
 
-pub(crate) fn list_result(stateless: bool) -> Vec<u8> {
+/// The fixture's tools; with `test_tools` also those that show a gateway's hand-over of the
+/// session state this process holds (`test_session_state`, `test_touch_subscribed`).
+pub(crate) fn list_result(stateless: bool, test_tools: bool) -> Vec<u8> {
     let no_args = json!({"type": "object", "properties": {}});
     let tool = |name: &str, description: &str| json!({"name": name, "description": description, "inputSchema": no_args});
     let one_string = |arg: &str, description: &str| {
@@ -100,6 +105,18 @@ pub(crate) fn list_result(stateless: bool) -> Vec<u8> {
         }
         // Session-based, the task tools run as ordinary calls (a gateway runs them as tasks).
         list.extend(super::tasks::tools(stateless));
+        if test_tools {
+            list.push(tool(
+                "test_session_state",
+                "Reports the client's log level and resource subscriptions as this server \
+                 process knows them (test only).",
+            ));
+            list.push(tool(
+                "test_touch_subscribed",
+                "Changes every resource the client subscribed to: one \
+                 notifications/resources/updated each (test only).",
+            ));
+        }
     }
     encode(&json!({ "tools": tools }))
 }
@@ -198,6 +215,16 @@ pub(crate) fn call(
             let text = format!("{name} received arguments: {args}");
             return Outcome::Reply(wire::tool_text(id, &text, false));
         }
+        "test_session_state" if session.fixture_test_tools() => {
+            let peer = &session.peer;
+            let text = format!(
+                "level={} subscriptions={}",
+                peer.log_level(),
+                peer.subscribed().join(",")
+            );
+            return Outcome::Reply(wire::tool_text(id, &text, false));
+        }
+        "test_touch_subscribed" if session.fixture_test_tools() => FixtureJob::TouchSubscribed,
         "test_tool_with_logging" | "test_logging_tool" => FixtureJob::Logging,
         "test_missing_capability" => FixtureJob::Sampling {
             prompt: "What is the capital of France?".to_owned(),
@@ -273,7 +300,10 @@ impl FixtureJob {
             FixtureJob::Sampling { .. } => Some(Capability::Sampling),
             FixtureJob::Elicit { .. } => Some(Capability::Elicitation),
             FixtureJob::Task(t) => t.needs(),
-            FixtureJob::Logging | FixtureJob::Progress | FixtureJob::Reconnection => None,
+            FixtureJob::Logging
+            | FixtureJob::TouchSubscribed
+            | FixtureJob::Progress
+            | FixtureJob::Reconnection => None,
         }
     }
 
@@ -283,7 +313,10 @@ impl FixtureJob {
             FixtureJob::Progress => has_token,
             FixtureJob::Reconnection => false,
             FixtureJob::Task(t) => t.needs().is_some(),
-            FixtureJob::Logging | FixtureJob::Sampling { .. } | FixtureJob::Elicit { .. } => true,
+            FixtureJob::Logging
+            | FixtureJob::TouchSubscribed
+            | FixtureJob::Sampling { .. }
+            | FixtureJob::Elicit { .. } => true,
         }
     }
 
@@ -313,6 +346,18 @@ impl FixtureJob {
                     }
                 }
                 wire::tool_text(id, "Tool with logging completed", false)
+            }
+            FixtureJob::TouchSubscribed => {
+                let uris = peer.subscribed();
+                if let Some(out) = out {
+                    for uri in &uris {
+                        let params = encode(&json!({ "uri": uri }));
+                        let updated =
+                            wire::notification("notifications/resources/updated", &params);
+                        let _ = out.send(updated).await;
+                    }
+                }
+                wire::tool_text(id, &format!("updated: {}", uris.join(",")), false)
             }
             FixtureJob::Progress => {
                 for (i, progress) in [0, 50, 100].into_iter().enumerate() {

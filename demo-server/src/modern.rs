@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn fixture_tool_calls_need_matching_param_headers() {
-        let mirrored = mirrored_tools(&crate::fixture_tools::list_result(true));
+        let mirrored = mirrored_tools(&crate::fixture_tools::list_result(true, false));
         assert_eq!(
             mirrored.keys().collect::<Vec<_>>(),
             ["test_mcp_param_headers"]

@@ -178,6 +178,25 @@ impl Peer {
         self.lock().subscriptions.remove(uri)
     }
 
+    /// The subscribed URIs, sorted.
+    pub(crate) fn subscribed(&self) -> Vec<String> {
+        let mut uris: Vec<String> = self
+            .lock()
+            .subscriptions
+            .iter()
+            .map(|u| u.to_string())
+            .collect();
+        uris.sort();
+        uris
+    }
+
+    /// The name of the level below which log messages are not sent (`debug` until the client
+    /// sets one).
+    pub(crate) fn log_level(&self) -> &'static str {
+        let threshold = usize::from(self.log_threshold.load(Ordering::Relaxed));
+        LOG_LEVELS.get(threshold).copied().unwrap_or("none")
+    }
+
     #[cfg(test)]
     pub(crate) fn is_subscribed(&self, uri: &str) -> bool {
         self.lock().subscriptions.contains(uri)

@@ -39,6 +39,8 @@ pub(crate) struct Server {
     tools: ToolSet,
     /// Serving the conformance fixture instead of the demo catalog.
     fixture: bool,
+    /// The fixture's test-only tools are listed and served (`--conformance --test-tools`).
+    fixture_test_tools: bool,
     /// How long a server-to-client request waits for the client's answer.
     peer_timeout: Duration,
     /// Everything of the initialize result after the protocol version string.
@@ -108,7 +110,7 @@ impl Server {
         };
         let (mut tools_list, prompts_list, resources_list, templates_list) = if opts.conformance {
             (
-                fixture_tools::list_result(opts.stateless),
+                fixture_tools::list_result(opts.stateless, opts.test_tools),
                 fixture::prompts_list(opts.stateless).into(),
                 fixture::resources_list().into(),
                 fixture::templates_list().into(),
@@ -135,6 +137,7 @@ impl Server {
                 extra: opts.extra_tools,
             },
             fixture: opts.conformance,
+            fixture_test_tools: opts.conformance && opts.test_tools,
             peer_timeout,
             init_tail,
             mirrored: modern::mirrored_tools(&tools_list),
@@ -608,6 +611,13 @@ impl Session {
 fn missing_params(id: &RawValue, method: &str) -> Bytes {
     let msg = format!("Invalid params for {method}: params object is required");
     wire::error(Some(id), INVALID_PARAMS, &msg)
+}
+
+impl Session {
+    /// Whether the fixture's test-only tools are served.
+    pub(crate) fn fixture_test_tools(&self) -> bool {
+        self.server.fixture_test_tools
+    }
 }
 
 impl std::fmt::Debug for Session {

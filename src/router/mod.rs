@@ -290,6 +290,8 @@ pub async fn ensure_link(
         conn.listen_for_requests();
     }
     session.set_link(id, conn.clone(), owned, permit);
+    // Boxed: rare (a session continued from another replica), and a round trip per resource.
+    Box::pin(resources::rejoin(session, upstream, &conn)).await;
     Ok(conn)
 }
 
@@ -657,7 +659,7 @@ async fn route_by_uri(
             return Ok(reply);
         }
         let slot = read_slot(gateway, tenant, principal, upstream, follow).await?;
-        return forward(
+        let reply = forward(
             session,
             upstream,
             &req.method,
@@ -666,7 +668,14 @@ async fn route_by_uri(
             shape,
             slot,
         )
-        .await;
+        .await?;
+        return Ok(match follow {
+            Some(on) => {
+                let uri = required_uri(&params_object(req)?)?;
+                resources::recorded(reply, session, upstream, &uri, on)
+            }
+            None => reply,
+        });
     }
     let mut params = params_object(req)?;
     let uri = required_uri(&params)?;
@@ -685,7 +694,7 @@ async fn route_by_uri(
     let slot = read_slot(gateway, tenant, principal, upstream, follow).await?;
     params.set("uri", jsonrpc::raw_string(&own));
     let params = params.to_raw();
-    forward(
+    let reply = forward(
         session,
         upstream,
         &req.method,
@@ -694,7 +703,11 @@ async fn route_by_uri(
         shape,
         slot,
     )
-    .await
+    .await?;
+    Ok(match follow {
+        Some(on) => resources::recorded(reply, session, upstream, &own, on),
+        None => reply,
+    })
 }
 
 /// A slot for a `resources/read` (`follow` is `None`) at a gated upstream; subscriptions
@@ -735,6 +748,7 @@ async fn stateless_subscription(
         None => required_uri(&params_object(req)?)?,
     };
     conn.follow_resource(&uri, session, on);
+    session.set_subscribed(upstream.name(), &uri, on);
     Ok(Some(Reply::Json(jsonrpc::result_response(req.id, b"{}"))))
 }
 
@@ -761,7 +775,11 @@ async fn shared_subscription(
     } else {
         conn.remove_subscriber(uri, &**session)
     };
-    Ok((!must_forward).then(|| Reply::Json(jsonrpc::result_response(req.id, b"{}"))))
+    if must_forward {
+        return Ok(None);
+    }
+    session.set_subscribed(upstream.name(), uri, subscribe);
+    Ok(Some(Reply::Json(jsonrpc::result_response(req.id, b"{}"))))
 }
 
 /// `completion/complete`: routed by its `ref` (a prompt name or a resource URI).

@@ -1,6 +1,7 @@
 //! Resource requests that depend on what the owning upstream offers: `resources/metadata`
 //! (SEP-2093), answered from the gateway's catalog for upstreams that do not implement it, and
-//! subscriptions, never forwarded to an upstream that did not advertise them.
+//! subscriptions, never forwarded to an upstream that did not advertise them, recorded in the
+//! session once accepted, and followed again on a connection a continued session shares.
 
 use std::sync::Arc;
 
@@ -91,6 +92,88 @@ pub(super) async fn check_subscribable(
         uri: uri.to_owned(),
         upstream: upstream.name().to_owned(),
     })
+}
+
+/// Records in the session, once the upstream's answer is a result, the subscription (`on`) or
+/// unsubscription of the upstream's own `uri`: the session record keeps it, and a new
+/// upstream session gets it again (`upstream::restore`, `rejoin`).
+pub(super) fn recorded(
+    reply: Reply,
+    session: &Arc<LiveSession>,
+    upstream: &Upstream,
+    uri: &str,
+    on: bool,
+) -> Reply {
+    let (session, upstream, uri) = (
+        Arc::downgrade(session),
+        upstream.name().to_owned(),
+        uri.to_owned(),
+    );
+    let record = move |body: &[u8]| {
+        let accepted = matches!(
+            jsonrpc::parse(body),
+            Ok(jsonrpc::Message::Response(jsonrpc::Response {
+                outcome: Outcome::Result(_),
+                ..
+            }))
+        );
+        if accepted && let Some(s) = session.upgrade() {
+            s.set_subscribed(&upstream, &uri, on);
+        }
+    };
+    match reply {
+        Reply::Json(body) => {
+            record(&body);
+            Reply::Json(body)
+        }
+        Reply::Stream(stream) => Reply::Stream(stream.on_final(Box::new(move |body| {
+            record(body);
+            None
+        }))),
+    }
+}
+
+/// A session continued on this replica follows again the resources it subscribed to at
+/// `upstream`, when its connection there is one it does not own: a shared process (the
+/// upstream is subscribed if no session of this replica was) or a stateless upstream's
+/// subscription. A dedicated connection replays them itself on its new upstream session.
+pub(super) async fn rejoin(
+    session: &Arc<LiveSession>,
+    upstream: &Upstream,
+    conn: &Arc<Connection>,
+) {
+    if !conn.is_shared() && !conn.is_stateless() {
+        return;
+    }
+    for uri in session.subscriptions(upstream.name()) {
+        if conn.is_stateless() {
+            conn.follow_resource(&uri, session, true);
+            continue;
+        }
+        if !conn.add_subscriber(&uri, session) {
+            continue;
+        }
+        let Ok(params) = RawValue::from_string(serde_json::json!({ "uri": uri }).to_string())
+        else {
+            continue;
+        };
+        match conn
+            .call(
+                "resources/subscribe",
+                Some(&params),
+                upstream.info.request_timeout,
+            )
+            .await
+        {
+            Ok(InternalReply::Result(_)) => {}
+            Ok(InternalReply::Error(e)) => {
+                tracing::warn!(upstream = %upstream.name(), error = e.get(), "a continued session's subscription was refused")
+            }
+            Err(e) => {
+                tracing::warn!(upstream = %upstream.name(), error = %e, "a continued session's subscription was not made")
+            }
+        }
+    }
 }
 
 /// Whether the upstream advertised capability `key` (and its boolean `flag`, if given).

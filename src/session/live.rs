@@ -110,14 +110,23 @@ pub struct LiveSession {
     resumable: Mutex<std::collections::BTreeMap<String, UpstreamSessionRecord>>,
     /// Reaches the other replicas (their GET streams, their server-to-client requests).
     pub bus: Arc<Bus>,
-    /// The client's `logging/setLevel`, for upstreams that take it per request.
+    /// The client's `logging/setLevel`, for upstreams that take it per request, and to set
+    /// again on a new upstream session.
     log_level: Mutex<Option<Arc<str>>>,
+    /// The client's resource subscriptions (upstream name → its own URIs), to make again on a
+    /// new upstream session (`SessionRecord::subscriptions`).
+    subscriptions: Mutex<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>>,
     /// The client's capabilities and info as raw JSON, for stateless upstreams' `_meta`.
     client_meta: std::sync::OnceLock<crate::protocol::modern::ClientMeta>,
     /// Names an upstream's task for this client (`upstream`, own id → public id): given by
     /// the router (`router::tasks`, the tenant's key) when the session first meets a task.
     pub task_namer: std::sync::OnceLock<TaskNamer>,
 }
+
+/// The resource subscriptions a session record keeps (all upstreams together), and the
+/// longest URI it keeps: what a new upstream session is given again is bounded.
+const MAX_RECORDED_SUBSCRIPTIONS: usize = 256;
+const MAX_RECORDED_URI: usize = 2048;
 
 /// See `LiveSession::task_namer`.
 pub type TaskNamer = Arc<dyn Fn(&str, &str) -> String + Send + Sync>;
@@ -178,6 +187,7 @@ impl LiveSession {
             resumable: Mutex::default(),
             bus,
             log_level: Mutex::default(),
+            subscriptions: Mutex::default(),
             client_meta: std::sync::OnceLock::new(),
             task_namer: std::sync::OnceLock::new(),
         }
@@ -256,6 +266,7 @@ impl LiveSession {
         s.initialized = AtomicBool::new(record.initialized);
         s.resumable = Mutex::new(record.upstream_sessions);
         s.log_level = Mutex::new(record.log_level.map(Arc::from));
+        s.subscriptions = Mutex::new(record.subscriptions);
         s
     }
 
@@ -282,6 +293,11 @@ impl LiveSession {
             client_info: self.client_info.clone(),
             initialized: self.is_initialized(),
             upstream_sessions,
+            subscriptions: self
+                .subscriptions
+                .lock()
+                .map(|s| s.clone())
+                .unwrap_or_default(),
             created_at_ms: self.created_at_ms,
             transport: self.transport,
             log_level: self.log_level().map(|l| l.to_string()),
@@ -300,6 +316,46 @@ impl LiveSession {
             *l = Some(level.into());
         }
         self.mark_dirty();
+    }
+
+    /// The upstream's own URIs of the resources the client subscribed to there.
+    pub fn subscriptions(&self, upstream: &str) -> Vec<String> {
+        self.subscriptions
+            .lock()
+            .ok()
+            .and_then(|s| s.get(upstream).map(|uris| uris.iter().cloned().collect()))
+            .unwrap_or_default()
+    }
+
+    /// Records a subscription the upstream accepted (`on`) or ended (written back to the
+    /// store when it changes anything). Bounded, so no client grows the record at will: past
+    /// `MAX_RECORDED_SUBSCRIPTIONS`, or for a URI longer than `MAX_RECORDED_URI`, the
+    /// subscription holds on the upstream session it was made on only (logged).
+    pub fn set_subscribed(&self, upstream: &str, uri: &str, on: bool) {
+        let Ok(mut subs) = self.subscriptions.lock() else {
+            return;
+        };
+        let changed = if on {
+            let held: usize = subs.values().map(|uris| uris.len()).sum();
+            let known = subs.get(upstream).is_some_and(|uris| uris.contains(uri));
+            if !known && (held >= MAX_RECORDED_SUBSCRIPTIONS || uri.len() > MAX_RECORDED_URI) {
+                tracing::warn!(session = %self.log_id, upstream, held, uri_bytes = uri.len(), "a subscription beyond what a session record keeps: it is not made again on a new upstream session");
+                return;
+            }
+            subs.entry(upstream.to_owned())
+                .or_default()
+                .insert(uri.to_owned())
+        } else {
+            let removed = subs.get_mut(upstream).is_some_and(|uris| uris.remove(uri));
+            if subs.get(upstream).is_some_and(|uris| uris.is_empty()) {
+                subs.remove(upstream);
+            }
+            removed
+        };
+        drop(subs);
+        if changed {
+            self.mark_dirty();
+        }
     }
 
     pub fn mark_dirty(&self) {
@@ -608,6 +664,36 @@ mod tests {
             serde_json::json!({}),
             Arc::new(Bus::local()),
         )
+    }
+
+    /// Accepted subscriptions go into the record and out again; the record keeps a bounded
+    /// number of bounded URIs, and a change marks it for writing back.
+    #[test]
+    fn subscriptions_are_recorded_within_bounds() {
+        let s = session();
+        s.set_subscribed("files", "file:///a", true);
+        assert!(s.take_dirty());
+        s.set_subscribed("files", "file:///a", true);
+        assert!(!s.take_dirty(), "nothing changed");
+        assert_eq!(s.subscriptions("files"), ["file:///a"]);
+        assert_eq!(s.record().subscriptions["files"].len(), 1);
+        s.set_subscribed("files", "file:///a", false);
+        assert!(s.take_dirty());
+        assert!(
+            s.record().subscriptions.is_empty(),
+            "no empty upstream entry"
+        );
+
+        let long = format!("file:///{}", "x".repeat(MAX_RECORDED_URI));
+        s.set_subscribed("files", &long, true);
+        assert!(s.subscriptions("files").is_empty() && !s.take_dirty());
+        for n in 0..MAX_RECORDED_SUBSCRIPTIONS + 10 {
+            s.set_subscribed(&format!("u{}", n % 3), &format!("r://{n}"), true);
+        }
+        let kept: usize = s.record().subscriptions.values().map(|u| u.len()).sum();
+        assert_eq!(kept, MAX_RECORDED_SUBSCRIPTIONS);
+        let restored = LiveSession::from_record(s.key.clone(), s.record(), Arc::new(Bus::local()));
+        assert_eq!(restored.subscriptions("u0"), s.subscriptions("u0"));
     }
 
     #[test]

@@ -47,6 +47,10 @@ impl ClientSession for LiveSession {
         LiveSession::log_level(self)
     }
 
+    fn subscriptions(&self, upstream: &str) -> Vec<String> {
+        LiveSession::subscriptions(self, upstream)
+    }
+
     /// The upstream session to continue for `upstream`, if another replica opened one.
     fn take_resumable(&self, upstream: &str) -> Option<UpstreamSessionRecord> {
         self.resumable.lock().ok()?.remove(upstream)

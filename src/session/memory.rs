@@ -157,6 +157,7 @@ mod tests {
             client_info: json!({"name": "c"}),
             initialized: false,
             upstream_sessions: Default::default(),
+            subscriptions: Default::default(),
             created_at_ms: 1,
             transport: Default::default(),
         }

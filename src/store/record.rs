@@ -1,6 +1,6 @@
 //! The durable part of a session: what any replica needs to serve it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -30,6 +30,12 @@ pub struct SessionRecord {
     /// address on tenants without `auth`): any replica can take it out of the count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<String>,
+    /// The resources the client subscribed to (`resources/subscribe` accepted by the upstream,
+    /// not unsubscribed since): upstream name → the upstream's own URIs. A replica that opens
+    /// a new upstream session for the client (a per-session process, an SSE stream) subscribes
+    /// to them again before it forwards the client's request. Absent when empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub subscriptions: BTreeMap<String, BTreeSet<String>>,
     /// How the client reaches the session (absent in records of Streamable HTTP sessions).
     #[serde(default, skip_serializing_if = "ClientTransport::is_streamable_http")]
     pub transport: ClientTransport,
@@ -65,4 +71,37 @@ pub struct UpstreamSessionRecord {
     pub server_info: Value,
     #[serde(default)]
     pub instructions: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record written before a field existed still loads; empty optional fields are left
+    /// out, so most records stay as small as they were.
+    #[test]
+    fn old_records_load_and_empty_fields_are_left_out() {
+        let old = r#"{"protocol_version":"2025-06-18","client_capabilities":{},
+            "client_info":{"name":"c"},"initialized":true,"created_at_ms":1}"#;
+        let record: SessionRecord = serde_json::from_str(old).expect("an old record loads");
+        assert!(record.subscriptions.is_empty() && record.log_level.is_none());
+        let written = serde_json::to_string(&record).expect("serializes");
+        assert!(!written.contains("subscriptions"), "{written}");
+        assert!(!written.contains("log_level"), "{written}");
+
+        let mut subscribed = record;
+        subscribed.log_level = Some("error".into());
+        subscribed
+            .subscriptions
+            .entry("files".into())
+            .or_default()
+            .insert("file:///a".into());
+        let written = serde_json::to_string(&subscribed).expect("serializes");
+        assert!(
+            written.contains(r#""subscriptions":{"files":["file:///a"]}"#),
+            "{written}"
+        );
+        let back: SessionRecord = serde_json::from_str(&written).expect("loads");
+        assert_eq!(back, subscribed);
+    }
 }

@@ -141,6 +141,9 @@ impl HttpLink {
         let params = conn.init_params.clone();
         let server = handshake::connect(conn, &params, link.init_timeout).await?;
         link.set_protocol_version(Some(server.protocol_version));
+        // A new upstream session (one the upstream forgot is replaced here too): the client's
+        // level and subscriptions are set up again.
+        conn.restore(&server, link.init_timeout).await;
         conn.set_server(server);
         link.generation.fetch_add(1, Ordering::AcqRel);
         Ok(())

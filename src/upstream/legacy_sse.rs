@@ -233,6 +233,8 @@ impl SseLink {
             }
             let params = conn.init_params.clone();
             let server = handshake::initialize(conn, &params, self.init_timeout).await?;
+            // A new upstream session: the client's level and subscriptions are set up again.
+            conn.restore(&server, self.init_timeout).await;
             conn.set_server(server);
             channel.ready.store(true, Ordering::Release);
             Ok(())

@@ -16,6 +16,7 @@ mod link;
 mod meta;
 mod owner;
 mod pending;
+mod restore;
 mod retry;
 mod server_requests;
 mod sink;

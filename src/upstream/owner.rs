@@ -39,8 +39,12 @@ pub trait ClientSession: Send + Sync {
     fn init_params(&self) -> InitParams;
     /// The client's capabilities and info, raw, for stateless upstreams' `_meta`.
     fn client_meta(&self) -> &modern::ClientMeta;
-    /// The client's `logging/setLevel`, for upstreams that take it per request.
+    /// The client's `logging/setLevel`, for upstreams that take it per request (and to set
+    /// again on a new upstream session).
     fn log_level(&self) -> Option<Arc<str>>;
+    /// The upstream's own URIs the client subscribed to at `upstream`, to subscribe to again
+    /// on a new upstream session.
+    fn subscriptions(&self, upstream: &str) -> Vec<String>;
     /// The upstream session another replica opened for `upstream`, to continue.
     fn take_resumable(&self, upstream: &str) -> Option<UpstreamSessionRecord>;
     /// The durable record changed (a new upstream session): it must be written back.

@@ -298,7 +298,10 @@ async fn run_once(
     let handshake = async {
         let c = conn.upgrade().ok_or_else(|| closed(name))?;
         let params = c.init_params.clone();
-        handshake::connect(&c, &params, init_timeout).await
+        let server = handshake::connect(&c, &params, init_timeout).await?;
+        // A new process: what the client set up on the last one is set up again first.
+        c.restore(&server, init_timeout).await;
+        Ok::<_, GatewayError>(server)
     };
     let outcome = tokio::select! {
         r = handshake => Ok(r),

@@ -96,7 +96,7 @@ async fn session_on(
 }
 
 /// The processes whose parent is `pid` (from `/proc/<n>/stat`).
-fn children_of(pid: u32) -> Vec<u32> {
+pub(crate) fn children_of(pid: u32) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };

@@ -18,6 +18,7 @@ mod cors;
 mod event_mirror;
 mod floods;
 mod fuzz;
+mod handover;
 mod hostile_bodies;
 mod hostile_connections;
 mod legacy_sse;

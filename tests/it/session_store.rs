@@ -46,6 +46,11 @@ fn record() -> SessionRecord {
         client_info: json!({"name": "suite", "version": "0"}),
         initialized: false,
         upstream_sessions,
+        // Not empty: the contract covers the field that is left out for most sessions.
+        subscriptions: BTreeMap::from([(
+            "files".to_owned(),
+            ["file:///a".to_owned(), "file:///b".to_owned()].into(),
+        )]),
         created_at_ms: 1_700_000_000_000,
         // Not the default: the contract covers the field that is left out for most sessions.
         transport: ClientTransport::LegacySse,
