@@ -247,8 +247,15 @@ impl Bus {
         ];
         Some(tokio::spawn(async move {
             let mut backoff = Duration::from_millis(100);
+            // With Sentinel: a new primary, to which the subscriber moves.
+            let mut switches = redis.conn.switches();
             loop {
-                match redis.client.get_async_pubsub().await {
+                let connected = tokio::time::timeout(redis.timeout, redis.conn.pubsub())
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into())
+                    });
+                match connected {
                     Ok(mut pubsub) => {
                         let mut subscribed = true;
                         for c in &channels {
@@ -265,7 +272,14 @@ impl Bus {
                         }
                         let mut first = true;
                         let mut stream = pubsub.on_message();
-                        while let Some(msg) = stream.next().await {
+                        loop {
+                            let msg = tokio::select! {
+                                msg = stream.next() => msg,
+                                () = super::conn::switched(&mut switches) => None,
+                            };
+                            let Some(msg) = msg else {
+                                break;
+                            };
                             if first {
                                 backoff = Duration::from_millis(100);
                                 first = false;
@@ -280,7 +294,7 @@ impl Bus {
                                 }
                             }
                         }
-                        tracing::warn!("bus connection lost; reconnecting");
+                        tracing::warn!("bus connection lost or the primary changed; reconnecting");
                     }
                     Err(e) => {
                         tracing::warn!(error = %super::describe(&e), "bus cannot connect; retrying");

@@ -4,55 +4,48 @@
 //! else in the gateway talks to Redis.
 
 mod bus;
+mod conn;
 mod events;
 mod keys;
 mod migrate;
 mod mirror;
+mod sentinel;
 mod sessions;
 mod tasks;
 
 use std::future::Future;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-
 pub use bus::{Bus, BusMessage, Target, replica_of};
+pub(crate) use conn::Conn;
 pub use events::{MirrorQueue, RedisEvents, Replayed};
 pub use keys::{Keys, LAYOUT_VERSION};
 pub use migrate::{Layout, MIGRATIONS};
 pub use mirror::Mirrored;
 pub use sessions::RedisSessionStore;
 
-use crate::config::RedisConfig;
+use crate::config::{RedisConfig, RedisTarget};
 use crate::store::StoreError;
 
 /// A connection to the shared Redis, with the keyspace and the operation bound.
 #[derive(Clone)]
 pub struct Redis {
-    pub(crate) client: redis::Client,
-    pub(crate) conn: ConnectionManager,
+    pub(crate) conn: Conn,
     pub keys: Keys,
     pub timeout: Duration,
 }
 
 impl Redis {
-    /// Connects (bounded by the configured timeout). The URL never appears in errors.
+    /// Connects to the configured primary, or to the one the sentinels name (bounded by a few
+    /// timeouts). No URL or password appears in errors.
     pub async fn connect(config: &RedisConfig) -> Result<Redis, String> {
-        let client = redis::Client::open(config.url.expose())
-            .map_err(|e| format!("invalid Redis URL: {}", e.category()))?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.timeout))
-            .set_response_timeout(Some(config.timeout))
-            .set_number_of_retries(2);
-        let conn = tokio::time::timeout(
-            config.timeout * 3,
-            ConnectionManager::new_with_config(client.clone(), manager_config),
-        )
-        .await
-        .map_err(|_| "cannot reach Redis: timed out".to_owned())?
-        .map_err(|e| format!("cannot reach Redis: {}", describe(&e)))?;
+        let conn = match &config.target {
+            RedisTarget::Single(url) => Conn::single(url, config.timeout).await?,
+            RedisTarget::Sentinel(sentinel) => {
+                Conn::Sentinel(sentinel::Primary::connect(sentinel, config.timeout).await?)
+            }
+        };
         Ok(Redis {
-            client,
             conn,
             keys: Keys::new(&config.prefix),
             timeout: config.timeout,

@@ -29,6 +29,7 @@ mod validate_auth;
 mod validate_http;
 mod validate_limits;
 mod validate_security;
+mod validate_sentinel;
 mod validate_tenant_limits;
 mod validate_upstream;
 mod yaml;
@@ -215,15 +216,45 @@ pub enum StoreConfig {
     Redis(RedisConfig),
 }
 
-/// A Redis server (standalone; see the README for Sentinel and Cluster).
+/// The shared Redis: where it is (`target`), the keyspace prefix and the operation bound.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedisConfig {
-    /// `redis://[user:password@]host:port[/db]`, `rediss://` for TLS. May hold a password.
-    pub url: Secret,
+    /// Which Redis deployment holds the data.
+    pub target: RedisTarget,
     /// First component of every key (default `sy`), so several gateways can share a Redis.
     pub prefix: String,
     /// Bound on every Redis operation (default 2s); beyond it the store counts as unavailable.
     pub timeout: Duration,
+}
+
+/// How the gateway finds the Redis primary it writes to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RedisTarget {
+    /// One fixed primary: `redis://[user:password@]host:port[/db]`, `rediss://` for TLS. May
+    /// hold a password.
+    Single(Secret),
+    /// The primary a Sentinel deployment names, followed through failovers.
+    Sentinel(SentinelConfig),
+}
+
+/// `sessions.store.redis.sentinel`: the sentinels to ask, and how to log in to the data nodes
+/// (the primary they name), which the sentinels' URLs say nothing about.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SentinelConfig {
+    /// The name the sentinels monitor the primary under (`sentinel monitor <master> ...`).
+    pub master: String,
+    /// The sentinels, `redis://[user:password@]host:port` (`rediss://` for TLS), asked in
+    /// order (the last one that answered first). May hold the sentinels' password.
+    pub nodes: Vec<Secret>,
+    /// The data nodes' ACL user (`AUTH <username> <password>`); only with `password`.
+    pub username: Option<String>,
+    /// The data nodes' password (`requirepass` or the ACL user's).
+    pub password: Option<Secret>,
+    /// TLS to the data nodes (as `rediss://`), verified against the address the sentinels
+    /// announce.
+    pub tls: bool,
+    /// The database number on the data nodes.
+    pub db: u32,
 }
 
 /// One tenant: one MCP endpoint in front of its upstreams.

@@ -17,7 +17,7 @@ use super::subst::HIDDEN_VALUE;
 use super::units::{format_duration, format_size};
 use super::validate_security::TenantPath;
 use super::{
-    AdminToken, Config, FailurePolicy, Limits, PrefixConfig, PrefixMode, RedisConfig, Secret,
+    AdminToken, Config, FailurePolicy, Limits, PrefixConfig, PrefixMode, RedisConfig, RedisTarget, Secret,
     ServerIdentity, SessionBounds, SessionConfig, StoreConfig, TelemetryConfig, TenantConfig,
 };
 
@@ -470,14 +470,28 @@ fn session_bounds(checker: &mut Checker<'_>, raw: Option<&RawSessions>) -> Optio
     })
 }
 
-/// `store: {redis: {url, prefix, timeout}}`. The URL may hold a password: never shown.
+/// `store: {redis: {url | sentinel, prefix, timeout}}`. The URL may hold a password: never
+/// shown.
 fn redis_store(checker: &mut Checker<'_>, parent: &Loc, raw: &RawRedis) -> Option<RedisConfig> {
-    let url = match &raw.url {
-        None => {
-            checker.missing(parent, "url");
+    let target = match (&raw.url, &raw.sentinel) {
+        (None, None) => {
+            checker.error(
+                parent,
+                "missing required field `url` (one Redis primary) or `sentinel` (the primary Redis Sentinel names)",
+            );
             None
         }
-        Some(sp) => sp.get().and_then(|url| {
+        (Some(_), Some(sentinel)) => {
+            checker.error(
+                &sentinel.loc,
+                "`url` and `sentinel` exclude each other: name one Redis primary with `url`, or the sentinels that find it with `sentinel`",
+            );
+            None
+        }
+        (None, Some(sentinel)) => {
+            super::validate_sentinel::sentinel(checker, sentinel).map(RedisTarget::Sentinel)
+        }
+        (Some(sp), None) => sp.get().and_then(|url| {
             let scheme_ok = url.starts_with("redis://") || url.starts_with("rediss://");
             if !scheme_ok || url.len() <= "rediss://".len() {
                 checker.error(
@@ -486,7 +500,7 @@ fn redis_store(checker: &mut Checker<'_>, parent: &Loc, raw: &RawRedis) -> Optio
                 );
                 return None;
             }
-            Some(Secret::new(url.clone()))
+            Some(RedisTarget::Single(Secret::new(url.clone())))
         }),
     };
     let prefix = match &raw.prefix {
@@ -513,7 +527,7 @@ fn redis_store(checker: &mut Checker<'_>, parent: &Loc, raw: &RawRedis) -> Optio
         "timeout",
     );
     Some(RedisConfig {
-        url: url?,
+        target: target?,
         prefix: prefix?,
         timeout: timeout?,
     })

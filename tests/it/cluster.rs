@@ -24,7 +24,7 @@ use crate::support::{TempDir, read_trace};
 pub(crate) fn clustered(redis: &RedisServer, prefix: &str, tenants: Vec<TenantConfig>) -> Config {
     let mut c = config(tenants);
     c.sessions.store = StoreConfig::Redis(switchyard::config::RedisConfig {
-        url: Secret::new(redis.url()),
+        target: switchyard::config::RedisTarget::Single(Secret::new(redis.url())),
         prefix: prefix.into(),
         timeout: Duration::from_millis(500),
     });

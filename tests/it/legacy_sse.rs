@@ -445,7 +445,7 @@ async fn sdk_v1_sse_client_through_the_gateway() {
 fn clustered(redis: &RedisServer, tenants: Vec<TenantConfig>) -> Config {
     let mut c = config(tenants);
     c.sessions.store = StoreConfig::Redis(switchyard::config::RedisConfig {
-        url: Secret::new(redis.url()),
+        target: switchyard::config::RedisTarget::Single(Secret::new(redis.url())),
         prefix: "legacy".into(),
         timeout: Duration::from_millis(500),
     });

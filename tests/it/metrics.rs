@@ -43,7 +43,7 @@ async fn metrics_after_real_traffic() {
         vec![upstream("demo", UpstreamTransport::Stdio(demo_stdio(None)))],
     )]);
     cfg.sessions.store = StoreConfig::Redis(RedisConfig {
-        url: Secret::new(redis.url()),
+        target: switchyard::config::RedisTarget::Single(Secret::new(redis.url())),
         prefix: "met".into(),
         timeout: Duration::from_millis(500),
     });

@@ -26,7 +26,7 @@ async fn rolling_restart_under_streamed_load_loses_and_duplicates_nothing() {
         vec![upstream("ev", http(&remote.url()))],
     )]);
     cfg.sessions.store = StoreConfig::Redis(RedisConfig {
-        url: Secret::new(redis.url()),
+        target: switchyard::config::RedisTarget::Single(Secret::new(redis.url())),
         prefix: "roll".into(),
         timeout: Duration::from_millis(500),
     });

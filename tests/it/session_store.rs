@@ -54,7 +54,7 @@ fn record() -> SessionRecord {
 
 pub async fn redis_config(server: &RedisServer, prefix: &str) -> RedisConfig {
     RedisConfig {
-        url: Secret::new(server.url()),
+        target: switchyard::config::RedisTarget::Single(Secret::new(server.url())),
         prefix: prefix.into(),
         timeout: Duration::from_millis(500),
     }
