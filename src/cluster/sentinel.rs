@@ -25,8 +25,9 @@ use crate::config::SentinelConfig;
 
 /// The shortest pause between two checks of the primary (a burst of failed commands asks once).
 const MIN_RECHECK: Duration = Duration::from_millis(200);
-/// The longest pause between two attempts while no primary can be reached.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// The longest pause between two attempts while no primary can be reached (an announcement
+/// ends the pause at once).
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// The channel on which sentinels announce a new primary.
 const SWITCH_CHANNEL: &str = "+switch-master";
 
@@ -44,6 +45,8 @@ struct State {
     current: ArcSwap<Current>,
     /// Asks the watcher to check the primary (one stored wake-up however many ask).
     suspect: Notify,
+    /// A sentinel announced a new primary: also ends the watcher's backoff.
+    announced: Notify,
     /// Counts switches to another primary (the bus's subscriber moves with it).
     switches: watch::Sender<u64>,
 }
@@ -85,7 +88,10 @@ impl Drop for AbortOnDrop {
 impl Primary {
     /// Finds the primary and connects to it; each sentinel is asked within `timeout`, the
     /// primary connected and checked within two more. Errors hold no URL or password.
-    pub(crate) async fn connect(config: &SentinelConfig, timeout: Duration) -> Result<Primary, String> {
+    pub(crate) async fn connect(
+        config: &SentinelConfig,
+        timeout: Duration,
+    ) -> Result<Primary, String> {
         let finder = Finder::new(config, timeout)?;
         let current = finder.find().await?;
         tracing::info!(master = %finder.master, primary = %current.address, "Redis primary found through Sentinel");
@@ -93,6 +99,7 @@ impl Primary {
             finder,
             current: ArcSwap::from_pointee(current),
             suspect: Notify::new(),
+            announced: Notify::new(),
             switches: watch::channel(0).0,
         });
         let watcher = tokio::spawn(watch_primary(state.clone()));
@@ -200,18 +207,24 @@ async fn watch_primary(state: Arc<State>) {
     tokio::join!(announcements(&state), follow(&state));
 }
 
-/// Each wake-up: ask the sentinels until a primary answers (backoff between attempts), switch
-/// to it if it is another one, then rest [`MIN_RECHECK`].
+/// Each wake-up: ask the sentinels until a primary answers (backoff between attempts, cut
+/// short by an announcement), switch to it if it is another one, then rest [`MIN_RECHECK`].
 async fn follow(state: &State) {
     loop {
-        state.suspect.notified().await;
+        tokio::select! {
+            () = state.suspect.notified() => {}
+            () = state.announced.notified() => {}
+        }
         let mut backoff = Duration::from_millis(100);
         loop {
             match check(state).await {
                 Ok(()) => break,
                 Err(e) => {
                     tracing::warn!(master = %state.finder.master, error = %e, retry_ms = backoff.as_millis() as u64, "no Redis primary reachable through Sentinel; asking again");
-                    tokio::time::sleep(backoff).await;
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff) => {}
+                        () = state.announced.notified() => {}
+                    }
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
             }
@@ -269,7 +282,7 @@ async fn announcements(state: &State) {
                 // `<master> <old-ip> <old-port> <new-ip> <new-port>`
                 if text.split(' ').next() == Some(finder.master.as_str()) {
                     tracing::info!(master = %finder.master, sentinel = %sentinel.address, "a sentinel announced a new Redis primary");
-                    state.suspect.notify_one();
+                    state.announced.notify_one();
                 }
             }
             tracing::debug!(sentinel = %sentinel.address, "lost a sentinel's announcements; subscribing elsewhere");
@@ -296,7 +309,10 @@ impl Finder {
         let template = ConnectionAddr::Tcp(String::new(), 0)
             .into_connection_info()
             .map_err(|e| format!("invalid Redis settings: {}", e.category()))?;
-        let mut settings = template.redis_settings().clone().set_db(i64::from(config.db));
+        let mut settings = template
+            .redis_settings()
+            .clone()
+            .set_db(i64::from(config.db));
         if let Some(username) = &config.username {
             settings = settings.set_username(username);
         }
@@ -429,7 +445,10 @@ mod tests {
     fn config(nodes: &[&str]) -> SentinelConfig {
         SentinelConfig {
             master: "m".into(),
-            nodes: nodes.iter().map(|n| crate::config::Secret::new(*n)).collect(),
+            nodes: nodes
+                .iter()
+                .map(|n| crate::config::Secret::new(*n))
+                .collect(),
             username: Some("app".into()),
             password: Some(crate::config::Secret::new("hunter2")),
             tls: false,
@@ -478,8 +497,14 @@ mod tests {
             .err()
             .unwrap_or_default();
         assert!(started.elapsed() < Duration::from_secs(3), "bounded");
-        assert!(error.starts_with("no sentinel named the primary of `m`"), "{error}");
-        assert!(error.contains(&format!("127.0.0.1:{}", ports[0])), "{error}");
+        assert!(
+            error.starts_with("no sentinel named the primary of `m`"),
+            "{error}"
+        );
+        assert!(
+            error.contains(&format!("127.0.0.1:{}", ports[0])),
+            "{error}"
+        );
         assert!(!error.contains("hunter2"), "{error}");
     }
 }

@@ -488,7 +488,10 @@ fn redis_sentinel_store() {
     );
     assert_eq!(s.username.as_deref(), Some("app"));
     assert_eq!(s.password.as_ref().map(Secret::expose), Some("dpw"));
-    assert_eq!((s.tls, s.db, r.timeout), (true, 3, Duration::from_millis(750)));
+    assert_eq!(
+        (s.tls, s.db, r.timeout),
+        (true, 3, Duration::from_millis(750))
+    );
     // Neither password shows in debug output.
     let debug = format!("{r:?}");
     assert!(!debug.contains("spw") && !debug.contains("dpw"), "{debug}");
@@ -503,7 +506,10 @@ fn redis_sentinel_store() {
     let RedisTarget::Sentinel(s) = &r.target else {
         panic!("expected Sentinel");
     };
-    assert_eq!((&s.username, &s.password, s.tls, s.db), (&None, &None, false, 0));
+    assert_eq!(
+        (&s.username, &s.password, s.tls, s.db),
+        (&None, &None, false, 0)
+    );
 }
 
 #[test]

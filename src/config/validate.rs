@@ -17,8 +17,9 @@ use super::subst::HIDDEN_VALUE;
 use super::units::{format_duration, format_size};
 use super::validate_security::TenantPath;
 use super::{
-    AdminToken, Config, FailurePolicy, Limits, PrefixConfig, PrefixMode, RedisConfig, RedisTarget, Secret,
-    ServerIdentity, SessionBounds, SessionConfig, StoreConfig, TelemetryConfig, TenantConfig,
+    AdminToken, Config, FailurePolicy, Limits, PrefixConfig, PrefixMode, RedisConfig, RedisTarget,
+    Secret, ServerIdentity, SessionBounds, SessionConfig, StoreConfig, TelemetryConfig,
+    TenantConfig,
 };
 
 pub(super) const DEFAULT_LISTEN: &str = "127.0.0.1:8080";

@@ -43,7 +43,10 @@ pub(super) fn sentinel(checker: &mut Checker<'_>, sp: &Sp<RawSentinel>) -> Optio
         None => Some(None),
         Some(p) => p.get().and_then(|value| {
             if value.is_empty() {
-                checker.error(&p.loc, "`password` must not be empty (leave it out for none)");
+                checker.error(
+                    &p.loc,
+                    "`password` must not be empty (leave it out for none)",
+                );
                 return None;
             }
             Some(Some(Secret::new(value.clone())))
@@ -123,7 +126,14 @@ fn nodes(
                 } else {
                     format!("`{address}`")
                 };
-                if unique(checker, &mut seen, (&address, &shown), &item.loc, "sentinel", None) {
+                if unique(
+                    checker,
+                    &mut seen,
+                    (&address, &shown),
+                    &item.loc,
+                    "sentinel",
+                    None,
+                ) {
                     out.push(Secret::new(text.clone()));
                 } else {
                     all_ok = false;
@@ -141,7 +151,8 @@ fn nodes(
 /// A sentinel's `host:port` (what messages may show), or why its URL is refused. The message
 /// never repeats the URL: it may hold a password.
 fn node_address(text: &str) -> Result<String, String> {
-    const SHAPE: &str = "a sentinel's URL must look like redis://[user:password@]host:port (rediss:// for TLS)";
+    const SHAPE: &str =
+        "a sentinel's URL must look like redis://[user:password@]host:port (rediss:// for TLS)";
     let url = url::Url::parse(text).map_err(|_| SHAPE.to_owned())?;
     if !matches!(url.scheme(), "redis" | "rediss") {
         return Err(SHAPE.to_owned());

@@ -30,6 +30,7 @@ mod oidc_harness;
 mod origin_host;
 mod param_headers;
 mod process;
+mod redis_sentinel;
 mod reload;
 mod resources;
 mod resume;

@@ -295,7 +295,9 @@ async fn random_cuts_resumed_on_other_replicas_through_redis() {
     let redis = crate::support::redis::RedisServer::start().await;
     let mut cfg = demo_gateway_config();
     cfg.sessions.store = switchyard::config::StoreConfig::Redis(switchyard::config::RedisConfig {
-        target: switchyard::config::RedisTarget::Single(switchyard::config::Secret::new(redis.url())),
+        target: switchyard::config::RedisTarget::Single(switchyard::config::Secret::new(
+            redis.url(),
+        )),
         prefix: "resume".into(),
         timeout: Duration::from_millis(500),
     });

@@ -18,6 +18,7 @@ pub mod peers;
 pub mod process;
 pub mod rawhttp;
 pub mod redis;
+pub mod sentinel;
 pub mod wire;
 
 use std::time::Duration;
