@@ -166,6 +166,8 @@ async fn check_migrate_and_two_gateways_sharing_a_session_through_sentinel() {
 /// What one call in the traffic loop saw.
 #[derive(Debug)]
 struct Outcome {
+    /// `initialize` (needs Redis: the new record is written) or `tools/call` on the session.
+    method: &'static str,
     status: u16,
     retry_after: bool,
     took: Duration,
@@ -211,7 +213,9 @@ async fn a_failover_under_traffic_is_followed_without_restarting_the_gateway() {
     };
     assert_eq!(acked, Some(2), "both replicas acknowledged the writes");
 
-    // Traffic: tools/call on the session through A, one after another, until told to stop.
+    // Traffic through A, one request after another until told to stop, alternating a
+    // tools/call on the session (live on A: needs no Redis) and a new session's `initialize`
+    // (its record is written to the primary, so it fails while there is none).
     let switched = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     let traffic = {
@@ -219,6 +223,7 @@ async fn a_failover_under_traffic_is_followed_without_restarting_the_gateway() {
         let mut client = RawClient::new(a.url("t"));
         client.session = on_a.session.clone();
         client.protocol_version = on_a.protocol_version.clone();
+        let url = a.url("t");
         tokio::spawn(async move {
             let mut outcomes = Vec::new();
             let mut n = 0;
@@ -226,14 +231,38 @@ async fn a_failover_under_traffic_is_followed_without_restarting_the_gateway() {
                 n += 1;
                 let after_switch = switched.load(Ordering::Relaxed);
                 let started = Instant::now();
-                let call = client.call_tool("echo", json!({"message": format!("call {n}")}));
-                let Ok(r) = tokio::time::timeout(Duration::from_secs(10), call).await else {
-                    panic!("call {n} hung for 10s");
+                let (method, call) = if n % 2 == 0 {
+                    let fresh = RawClient::new(url.clone());
+                    let body = json!({
+                        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                        "params": {
+                            "protocolVersion": "2025-11-25",
+                            "capabilities": {},
+                            "clientInfo": {"name": "failover-traffic", "version": "0"}
+                        }
+                    });
+                    let call: std::pin::Pin<
+                        Box<dyn std::future::Future<Output = client::Reply> + Send>,
+                    > = Box::pin(async move { fresh.post(&body).await });
+                    ("initialize", call)
+                } else {
+                    let message = format!("call {n}");
+                    let client = &client;
+                    let call: std::pin::Pin<
+                        Box<dyn std::future::Future<Output = client::Reply> + Send>,
+                    > = Box::pin(async move {
+                        client.call_tool("echo", json!({"message": message})).await
+                    });
+                    ("tools/call", call)
                 };
-                if r.status == 200 {
+                let Ok(r) = tokio::time::timeout(Duration::from_secs(10), call).await else {
+                    panic!("{method} {n} hung for 10s");
+                };
+                if r.status == 200 && method == "tools/call" {
                     assert_eq!(echo_text(&r), format!("call {n}"), "{r:?}");
                 }
                 outcomes.push(Outcome {
+                    method,
                     status: r.status,
                     retry_after: r.header("retry-after").is_some(),
                     took: started.elapsed(),
@@ -316,8 +345,16 @@ async fn a_failover_under_traffic_is_followed_without_restarting_the_gateway() {
     }
     let after: Vec<&Outcome> = outcomes.iter().filter(|o| o.after_switch).collect();
     assert!(
-        after.len() >= 5 && after.iter().rev().take(5).all(|o| o.status == 200),
-        "calls work again after the switch: {outcomes:?}"
+        after.len() >= 6 && after.iter().rev().take(6).all(|o| o.status == 200),
+        "calls and new sessions work again after the switch: {outcomes:?}"
+    );
+    // The window was real: new sessions were refused (503 + Retry-After) while no primary
+    // was reachable, before the switch.
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| o.method == "initialize" && o.status == 503 && !o.after_switch),
+        "no request met the missing primary: {outcomes:?}"
     );
     // Both gateways' bus subscribers moved to the new primary.
     let mut subscribers = 0;
@@ -336,9 +373,13 @@ async fn a_failover_under_traffic_is_followed_without_restarting_the_gateway() {
     }
     assert_eq!(subscribers, 2, "both buses listen on the new primary");
     let refused = outcomes.iter().filter(|o| o.status == 503).count();
+    let calls_refused = outcomes
+        .iter()
+        .filter(|o| o.status == 503 && o.method == "tools/call")
+        .count();
     let slowest = outcomes.iter().map(|o| o.took).max().unwrap_or_default();
     eprintln!(
-        "failover: promoted {promoted_after:?} after the kill; B served the old session {followed_after:?} after the promotion ({refusals} refusals), both ready {all_ready_after:?} after it; traffic on A: {} calls, {refused} answered 503, slowest {slowest:?}",
+        "failover: promoted {promoted_after:?} after the kill; B served the old session {followed_after:?} after the promotion ({refusals} refusals), both ready {all_ready_after:?} after it; traffic on A: {} requests, {refused} answered 503 ({calls_refused} of them tools/call), slowest {slowest:?}",
         outcomes.len()
     );
     for gw in [a, b] {
