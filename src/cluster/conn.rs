@@ -12,6 +12,8 @@ use tokio::sync::watch;
 use super::sentinel::Primary;
 use crate::config::Secret;
 
+// Every operation clones it: boxing the fixed primary's client would allocate per clone.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub(crate) enum Conn {
     /// One fixed primary (`url`): the manager reconnects to the same address.

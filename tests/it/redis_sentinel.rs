@@ -176,6 +176,7 @@ struct Outcome {
 }
 
 #[tokio::test]
+#[allow(clippy::print_stderr)] // the failover's figures, for whoever reads the test output
 async fn a_failover_under_traffic_is_followed_without_restarting_the_gateway() {
     let mut setup = SentinelSetup::start().await;
     let dir = TempDir::new("sentinel-failover");
