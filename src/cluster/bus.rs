@@ -250,6 +250,10 @@ impl Bus {
             // With Sentinel: a new primary, to which the subscriber moves.
             let mut switches = redis.conn.switches();
             loop {
+                // Only a switch after this connection is news to it.
+                if let Some(rx) = switches.as_mut() {
+                    rx.borrow_and_update();
+                }
                 let connected = tokio::time::timeout(redis.timeout, redis.conn.pubsub())
                     .await
                     .unwrap_or_else(|_| {
@@ -272,10 +276,14 @@ impl Bus {
                         }
                         let mut first = true;
                         let mut stream = pubsub.on_message();
+                        let mut moved = false;
                         loop {
                             let msg = tokio::select! {
                                 msg = stream.next() => msg,
-                                () = super::conn::switched(&mut switches) => None,
+                                () = super::conn::switched(&mut switches) => {
+                                    moved = true;
+                                    None
+                                }
                             };
                             let Some(msg) = msg else {
                                 break;
@@ -294,13 +302,22 @@ impl Bus {
                                 }
                             }
                         }
-                        tracing::warn!("bus connection lost or the primary changed; reconnecting");
+                        if moved {
+                            tracing::info!("the Redis primary changed; the bus follows it");
+                            backoff = Duration::from_millis(100);
+                            continue;
+                        }
+                        tracing::warn!("bus connection lost; reconnecting");
                     }
                     Err(e) => {
                         tracing::warn!(error = %super::describe(&e), "bus cannot connect; retrying");
                     }
                 }
-                tokio::time::sleep(backoff).await;
+                // A new primary ends the pause at once.
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = super::conn::switched(&mut switches) => {}
+                }
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
         }))

@@ -1,7 +1,8 @@
 //! Gateways (real `switchyard run` processes) whose sessions live in a real Redis Sentinel
 //! deployment (`support/sentinel.rs`: a primary, two replicas, three sentinels): `check` and
-//! `migrate` through the sentinels, two replicas sharing a session, and a failover under
-//! traffic that the gateways follow without a restart.
+//! `migrate` through the sentinels, two replicas sharing a session, a failover under traffic
+//! (primary killed) that the gateways follow without a restart, and a planned failover
+//! (`SENTINEL FAILOVER`: the old primary stays up as a replica).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -388,4 +389,97 @@ async fn a_failover_under_traffic_is_followed_without_restarting_the_gateway() {
         assert!(!logs.contains("panicked"), "{logs}");
         assert!(logs.contains("the Redis primary changed"), "{logs}");
     }
+}
+
+#[tokio::test]
+async fn a_planned_failover_moves_the_gateway_off_the_demoted_primary() {
+    let setup = SentinelSetup::start().await;
+    let dir = TempDir::new("sentinel-planned");
+    let yaml = sentinel_config(&setup.nodes_yaml(), "pl");
+    let a = GatewayProcess::start(&yaml, &dir, "a").await;
+    let mut first = RawClient::new(a.url("t"));
+    first.initialize().await;
+
+    // `SENTINEL FAILOVER`: the old primary stays up but is made a replica (writes to it would
+    // now be refused with READONLY).
+    let old = setup.primary_port().await.expect("a primary");
+    let asked: Option<String> = query(
+        setup.sentinels[0].port,
+        redis::cmd("SENTINEL").arg("FAILOVER").arg(MASTER),
+    )
+    .await;
+    assert_eq!(asked.as_deref(), Some("OK"));
+    let new = setup
+        .await_new_primary(old, Duration::from_secs(30))
+        .await
+        .expect("the sentinels switched the primary within 30s");
+    // Until the old primary is demoted both answer as primaries, and a write the old one takes
+    // then is lost with its resync (Redis replicates asynchronously): wait for the demotion.
+    let started = Instant::now();
+    let mut role = None;
+    while started.elapsed() < Duration::from_secs(30) {
+        let answer: Option<Vec<redis::Value>> = query(old, &mut redis::cmd("ROLE")).await;
+        role = answer
+            .and_then(|r| r.into_iter().next())
+            .and_then(|v| redis::from_redis_value::<String>(v).ok());
+        if role.as_deref() == Some("slave") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        role.as_deref(),
+        Some("slave"),
+        "the old primary was demoted within 30s"
+    );
+
+    // New sessions are written again within a bounded time; every refusal meanwhile is a 503
+    // with Retry-After.
+    let started = Instant::now();
+    let fresh = loop {
+        let mut c = RawClient::new(a.url("t"));
+        let r = c
+            .post(&json!({
+                "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "planned", "version": "0"}
+                }
+            }))
+            .await;
+        if r.status == 200 {
+            c.session = r.header("mcp-session-id").map(str::to_owned);
+            break c;
+        }
+        assert!(
+            r.status == 503 && r.header("retry-after").is_some(),
+            "{r:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no new session within 10s of the switch"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let session = fresh.session.clone().expect("a session id");
+    let keys: Option<Vec<String>> = query(new, redis::cmd("KEYS").arg("pl:v1:sess:*")).await;
+    assert!(
+        keys.unwrap_or_default()
+            .iter()
+            .any(|k| k.contains(&session)),
+        "the new session's record is on the new primary"
+    );
+    // The session from before the switch goes on.
+    let r = first
+        .call_tool("echo", json!({"message": "still here"}))
+        .await;
+    assert_eq!(
+        (r.status, echo_text(&r).as_str()),
+        (200, "still here"),
+        "{r:?}"
+    );
+    let logs = a.stop().await;
+    assert!(!logs.contains("panicked"), "{logs}");
+    assert!(logs.contains("the Redis primary changed"), "{logs}");
 }
