@@ -17,7 +17,7 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use bus::{Bus, BusMessage, Target, replica_of};
-pub(crate) use conn::Conn;
+use conn::Conn;
 pub use events::{MirrorQueue, RedisEvents, Replayed};
 pub use keys::{Keys, LAYOUT_VERSION};
 pub use migrate::{Layout, MIGRATIONS};
