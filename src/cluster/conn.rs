@@ -1,7 +1,8 @@
-//! The connection to Redis, one primary or a Redis Cluster: `Conn` sends a command or a
-//! pipeline either way (the cluster connection routes each by its keys' slot and follows
-//! MOVED/ASK and failovers), and `Nodes` reaches every primary of a cluster for what is per
-//! node (`SCAN`).
+//! The connection to Redis — one fixed primary, a Redis Cluster, or the primary Redis Sentinel
+//! names (`sentinel.rs`, followed through failovers): `Conn` sends a command or a pipeline
+//! any way (the cluster connection routes each by its keys' slot and follows MOVED/ASK and
+//! failovers), reaches every primary of a cluster for what is per node (`SCAN`, `PING`), and
+//! `Subscriber` says how the bus opens its subscriber connection.
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -10,6 +11,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisFuture, Value};
 
 use super::describe;
+use super::sentinel::Primary;
 use crate::config::{RedisConfig, RedisTarget};
 
 /// A cheap-to-clone handle on the shared connection: every clone multiplexes onto it.
@@ -17,6 +19,8 @@ use crate::config::{RedisConfig, RedisTarget};
 pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    /// The primary the sentinels name, switched when they name another.
+    Sentinel(Primary),
 }
 
 /// What the bus needs to open its own subscriber connection.
@@ -25,6 +29,8 @@ pub(crate) enum Subscriber {
     Single(Box<redis::Client>),
     /// The seed nodes (the bus builds a RESP3 cluster client with a push channel from them).
     Cluster(Vec<ConnectionInfo>),
+    /// The current primary, which the subscriber follows.
+    Sentinel(Primary),
 }
 
 /// A Redis Cluster node, as `CLUSTER NODES` names it.
@@ -42,13 +48,9 @@ impl Conn {
             RedisTarget::Single(url) => {
                 let client = redis::Client::open(url.expose())
                     .map_err(|e| format!("invalid Redis URL: {}", e.category()))?;
-                let manager_config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(timeout))
-                    .set_response_timeout(Some(timeout))
-                    .set_number_of_retries(2);
                 let conn = tokio::time::timeout(
                     timeout * 3,
-                    ConnectionManager::new_with_config(client.clone(), manager_config),
+                    ConnectionManager::new_with_config(client.clone(), manager_config(timeout)),
                 )
                 .await
                 .map_err(|_| "cannot reach Redis: timed out".to_owned())?
@@ -69,6 +71,10 @@ impl Conn {
                     .map_err(|_| "cannot reach the Redis Cluster: timed out".to_owned())?
                     .map_err(|e| format!("cannot reach the Redis Cluster: {}", describe(&e)))?;
                 Ok((Conn::Cluster(conn), Subscriber::Cluster(seeds)))
+            }
+            RedisTarget::Sentinel(sentinel) => {
+                let primary = Primary::connect(sentinel, timeout).await?;
+                Ok((Conn::Sentinel(primary.clone()), Subscriber::Sentinel(primary)))
             }
         }
     }
@@ -135,6 +141,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -147,6 +154,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -154,8 +162,17 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(c) => c.get_db(),
         }
     }
+}
+
+/// How every connection manager to a primary connects, answers and retries.
+pub(crate) fn manager_config(timeout: std::time::Duration) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        .set_number_of_retries(2)
 }
 
 /// A cluster client over `seeds` with the operation bound as connection and response timeout.

@@ -2,7 +2,8 @@
 //! again (with backoff) whenever it is lost, so the replica keeps listening across Redis
 //! restarts and failovers.
 //!
-//! On one primary: `SUBSCRIBE` on a pub/sub connection. On a Redis Cluster: `SSUBSCRIBE`
+//! On one primary: `SUBSCRIBE` on a pub/sub connection; with Sentinel, on the primary the
+//! sentinels name, opened again on the new one as soon as they name another. On a Redis Cluster: `SSUBSCRIBE`
 //! (sharded pub/sub, Redis 7) on a RESP3 cluster connection whose pushes come on a channel:
 //! each channel lives on the shard owning its slot, so a message crosses one shard instead of
 //! being broadcast to every node as a plain `PUBLISH` is. When a node's connection drops
@@ -17,6 +18,7 @@ use redis::{ConnectionInfo, PushKind};
 
 use super::bus::BusMessage;
 use super::conn::{Subscriber, cluster_builder};
+use super::sentinel::Primary;
 use super::{Redis, describe};
 
 /// First pause after a lost or refused subscription; it doubles up to the cap.
@@ -32,7 +34,12 @@ pub(super) async fn run(
     handle: impl Fn(BusMessage) + Send + Sync + 'static,
 ) {
     match &redis.subscriber {
-        Subscriber::Single(client) => listen_single(client, &channels, &handle).await,
+        Subscriber::Single(client) => {
+            listen_single(&Source::Fixed(client), redis.timeout, &channels, &handle).await
+        }
+        Subscriber::Sentinel(primary) => {
+            listen_single(&Source::Sentinel(primary), redis.timeout, &channels, &handle).await
+        }
         Subscriber::Cluster(seeds) => {
             listen_sharded(seeds, redis.timeout, &channels, &handle).await;
         }
@@ -46,10 +53,60 @@ fn deliver(payload: &str, handle: &impl Fn(BusMessage)) {
     }
 }
 
-async fn listen_single(client: &redis::Client, channels: &[String], handle: &impl Fn(BusMessage)) {
+/// Where a one-primary subscriber connects.
+enum Source<'a> {
+    Fixed(&'a redis::Client),
+    Sentinel(&'a Primary),
+}
+
+impl Source<'_> {
+    /// A pub/sub connection to the primary (bounded by `timeout`).
+    async fn pubsub(&self, timeout: Duration) -> redis::RedisResult<redis::aio::PubSub> {
+        let connect = async {
+            match self {
+                Source::Fixed(client) => client.get_async_pubsub().await,
+                Source::Sentinel(primary) => primary.pubsub().await,
+            }
+        };
+        tokio::time::timeout(timeout, connect)
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
+    }
+
+    /// News of a switch of primary (never for a fixed one).
+    fn switches(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        match self {
+            Source::Fixed(_) => None,
+            Source::Sentinel(primary) => Some(primary.switches()),
+        }
+    }
+}
+
+/// Resolves when `switches` reports a new primary; never when there is nothing to follow.
+async fn switched(switches: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    let changed = match switches {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => false,
+    };
+    if !changed {
+        std::future::pending::<()>().await;
+    }
+}
+
+async fn listen_single(
+    source: &Source<'_>,
+    timeout: Duration,
+    channels: &[String],
+    handle: &impl Fn(BusMessage),
+) {
     let mut backoff = FIRST_BACKOFF;
+    let mut switches = source.switches();
     loop {
-        match client.get_async_pubsub().await {
+        // Only a switch after this connection is news to it.
+        if let Some(rx) = switches.as_mut() {
+            rx.borrow_and_update();
+        }
+        match source.pubsub(timeout).await {
             Ok(mut pubsub) => {
                 let mut subscribed = true;
                 for c in channels {
@@ -66,7 +123,18 @@ async fn listen_single(client: &redis::Client, channels: &[String], handle: &imp
                 }
                 let mut first = true;
                 let mut stream = pubsub.on_message();
-                while let Some(msg) = stream.next().await {
+                let mut moved = false;
+                loop {
+                    let msg = tokio::select! {
+                        msg = stream.next() => msg,
+                        () = switched(&mut switches) => {
+                            moved = true;
+                            None
+                        }
+                    };
+                    let Some(msg) = msg else {
+                        break;
+                    };
                     if first {
                         backoff = FIRST_BACKOFF;
                         first = false;
@@ -75,13 +143,22 @@ async fn listen_single(client: &redis::Client, channels: &[String], handle: &imp
                         deliver(&payload, handle);
                     }
                 }
+                if moved {
+                    tracing::info!("the Redis primary changed; the bus follows it");
+                    backoff = FIRST_BACKOFF;
+                    continue;
+                }
                 tracing::warn!("bus connection lost; reconnecting");
             }
             Err(e) => {
                 tracing::warn!(error = %describe(&e), "bus cannot connect; retrying");
             }
         }
-        tokio::time::sleep(backoff).await;
+        // A new primary ends the pause at once.
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = switched(&mut switches) => {}
+        }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }

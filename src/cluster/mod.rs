@@ -10,6 +10,7 @@ mod keys;
 mod listen;
 mod migrate;
 mod mirror;
+mod sentinel;
 mod sessions;
 mod tasks;
 
@@ -28,8 +29,8 @@ pub use sessions::RedisSessionStore;
 use crate::config::RedisConfig;
 use crate::store::StoreError;
 
-/// A connection to the shared Redis (one primary or a cluster), with the keyspace and the
-/// operation bound.
+/// A connection to the shared Redis (one primary, a cluster, or the primary Sentinel names),
+/// with the keyspace and the operation bound.
 #[derive(Clone)]
 pub struct Redis {
     pub(crate) conn: Conn,
@@ -40,7 +41,8 @@ pub struct Redis {
 }
 
 impl Redis {
-    /// Connects (bounded by the configured timeout). The URL never appears in errors.
+    /// Connects to the configured primary, cluster, or the primary the sentinels name (bounded
+    /// by a few timeouts). No URL or password appears in errors.
     pub async fn connect(config: &RedisConfig) -> Result<Redis, String> {
         let (conn, subscriber) = Conn::open(config).await?;
         let keys = if conn.is_cluster() {

@@ -29,6 +29,7 @@ mod validate_auth;
 mod validate_http;
 mod validate_limits;
 mod validate_security;
+mod validate_sentinel;
 mod validate_tenant_limits;
 mod validate_upstream;
 mod yaml;
@@ -215,10 +216,10 @@ pub enum StoreConfig {
     Redis(RedisConfig),
 }
 
-/// Redis: one primary or a Redis Cluster (see the README for Sentinel).
+/// The shared Redis: where it is (`target`), the keyspace prefix and the operation bound.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedisConfig {
-    /// Where Redis is.
+    /// Which Redis deployment holds the data.
     pub target: RedisTarget,
     /// First component of every key (default `sy`), so several gateways can share a Redis.
     pub prefix: String,
@@ -230,10 +231,32 @@ pub struct RedisConfig {
 /// (`rediss://` for TLS) and may hold a password.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RedisTarget {
-    /// `url`: one primary.
+    /// `url`: one fixed primary.
     Single(Secret),
     /// `cluster`: seed nodes of a Redis Cluster (database 0); the rest is discovered.
     Cluster(Vec<Secret>),
+    /// `sentinel`: the primary a Sentinel deployment names, followed through failovers.
+    Sentinel(SentinelConfig),
+}
+
+/// `sessions.store.redis.sentinel`: the sentinels to ask, and how to log in to the data nodes
+/// (the primary they name), which the sentinels' URLs say nothing about.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SentinelConfig {
+    /// The name the sentinels monitor the primary under (`sentinel monitor <master> ...`).
+    pub master: String,
+    /// The sentinels, `redis://[user:password@]host:port` (`rediss://` for TLS), asked in
+    /// order (the last one that answered first). May hold the sentinels' password.
+    pub nodes: Vec<Secret>,
+    /// The data nodes' ACL user (`AUTH <username> <password>`); only with `password`.
+    pub username: Option<String>,
+    /// The data nodes' password (`requirepass` or the ACL user's).
+    pub password: Option<Secret>,
+    /// TLS to the data nodes (as `rediss://`), verified against the address the sentinels
+    /// announce.
+    pub tls: bool,
+    /// The database number on the data nodes.
+    pub db: u32,
 }
 
 /// One tenant: one MCP endpoint in front of its upstreams.

@@ -88,12 +88,33 @@ pub enum RawStore {
 #[schemars(rename = "Redis")]
 #[serde(deny_unknown_fields)]
 pub struct RawRedis {
-    /// One Redis primary.
+    /// One fixed primary: `redis://[user:password@]host:port[/db]` (`rediss://` for TLS).
+    /// Exclusive with `cluster` and `sentinel`.
     pub url: Field<String>,
     /// Seed nodes of a Redis Cluster (instead of `url`).
     pub cluster: Field<Vec<Sp<String>>>,
+    /// The primary found and followed through Redis Sentinel (instead of `url`).
+    pub sentinel: Field<RawSentinel>,
     pub prefix: Field<String>,
     pub timeout: Field<Dur>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Sentinel")]
+#[serde(deny_unknown_fields)]
+pub struct RawSentinel {
+    /// The name the sentinels monitor the primary under (`sentinel monitor <master> ...`).
+    pub master: Field<String>,
+    /// The sentinels: `redis://[user:password@]host:port` (`rediss://` for TLS), port required.
+    pub nodes: Field<Vec<Sp<String>>>,
+    /// The data nodes' ACL user; needs `password`.
+    pub username: Field<String>,
+    /// The data nodes' password (best given as `${VAR}`).
+    pub password: Field<String>,
+    /// TLS to the data nodes (default false).
+    pub tls: Field<bool>,
+    /// The database number on the data nodes (default 0).
+    pub db: Field<u64>,
 }
 
 #[derive(Deserialize, JsonSchema)]

@@ -492,13 +492,13 @@ fn redis_cluster_seeds_are_checked_without_showing_passwords() {
     assert_eq!(
         errors(&store("{url: \"redis://h:1\", cluster: [\"redis://h:2\"]}")),
         vec![
-            "test.yaml:1:57: sessions.store.redis.cluster: `url` and `cluster` are mutually exclusive: give `url` for one Redis primary or `cluster` for the seed nodes of a Redis Cluster"
+            "test.yaml:1:57: sessions.store.redis.cluster: `url`, `cluster` and `sentinel` exclude each other: give `url` for one Redis primary, `cluster` for the seed nodes of a Redis Cluster, or `sentinel` for the sentinels that find the primary"
         ]
     );
     assert_eq!(
         errors(&store("{prefix: x}")),
         vec![
-            "test.yaml:1:19: sessions.store: missing required field `url` (one Redis primary) or `cluster` (Redis Cluster seed nodes)"
+            "test.yaml:1:19: sessions.store: missing required field `url` (one Redis primary), `cluster` (Redis Cluster seed nodes) or `sentinel` (the primary Redis Sentinel names)"
         ]
     );
     assert_eq!(
@@ -516,6 +516,91 @@ fn redis_cluster_seeds_are_checked_without_showing_passwords() {
         ]
     );
     assert!(!bad.concat().contains("secret"));
+}
+
+#[test]
+fn redis_sentinel_store() {
+    let config = ok(&format!(
+        "sessions:\n  store:\n    redis:\n      sentinel:\n        master: main-db\n        nodes: [\"redis://:spw@10.0.0.1:26379\", \"rediss://s2.internal:26380\"]\n        username: app\n        password: dpw\n        tls: true\n        db: 3\n      timeout: 750ms\n{MINIMAL}"
+    ));
+    let StoreConfig::Redis(r) = &config.sessions.store else {
+        panic!("expected the Redis store");
+    };
+    let RedisTarget::Sentinel(s) = &r.target else {
+        panic!("expected Sentinel");
+    };
+    assert_eq!(s.master, "main-db");
+    let nodes: Vec<&str> = s.nodes.iter().map(Secret::expose).collect();
+    assert_eq!(
+        nodes,
+        ["redis://:spw@10.0.0.1:26379", "rediss://s2.internal:26380"]
+    );
+    assert_eq!(s.username.as_deref(), Some("app"));
+    assert_eq!(s.password.as_ref().map(Secret::expose), Some("dpw"));
+    assert_eq!(
+        (s.tls, s.db, r.timeout),
+        (true, 3, Duration::from_millis(750))
+    );
+    // Neither password shows in debug output.
+    let debug = format!("{r:?}");
+    assert!(!debug.contains("spw") && !debug.contains("dpw"), "{debug}");
+
+    // Defaults: no login, no TLS, database 0.
+    let config = ok(&format!(
+        "sessions: {{store: {{redis: {{sentinel: {{master: m, nodes: [\"redis://127.0.0.1:26379\"]}}}}}}}}\n{MINIMAL}"
+    ));
+    let StoreConfig::Redis(r) = &config.sessions.store else {
+        panic!("expected the Redis store");
+    };
+    let RedisTarget::Sentinel(s) = &r.target else {
+        panic!("expected Sentinel");
+    };
+    assert_eq!(
+        (&s.username, &s.password, s.tls, s.db),
+        (&None, &None, false, 0)
+    );
+}
+
+#[test]
+fn redis_sentinel_mistakes_are_reported_without_secrets() {
+    let store = |redis: &str| format!("sessions: {{store: {{redis: {redis}}}}}\n{MINIMAL}");
+    assert_eq!(
+        errors(&store(
+            "{url: \"redis://:pw@h:6379\", sentinel: {master: m, nodes: [\"redis://h:26379\"]}}"
+        )),
+        vec![
+            "test.yaml:1:65: sessions.store.redis.sentinel: `url`, `cluster` and `sentinel` exclude each other: give `url` for one Redis primary, `cluster` for the seed nodes of a Redis Cluster, or `sentinel` for the sentinels that find the primary"
+        ]
+    );
+    assert_eq!(
+        errors(&store("{prefix: p}")),
+        vec![
+            "test.yaml:1:19: sessions.store: missing required field `url` (one Redis primary), `cluster` (Redis Cluster seed nodes) or `sentinel` (the primary Redis Sentinel names)"
+        ]
+    );
+    assert_eq!(
+        errors(&store("{sentinel: {nodes: []}}")),
+        vec![
+            "test.yaml:1:38: sessions.store.redis.sentinel: missing required field `master`",
+            "test.yaml:1:46: sessions.store.redis.sentinel.nodes: `nodes` must list 1 to 16 sentinels, got 0",
+        ]
+    );
+    let found = errors(&store(
+        "{sentinel: {master: \"my master\", nodes: [\"redis://:hunter2@h:26379\", \"redis://:hunter2@h:26379/\", \"redis://:hunter2@g\", \"redis://:hunter2@g:26379/1\", \"http://:hunter2@g:1\"], username: u, db: 70000}}",
+    ));
+    assert_eq!(
+        found,
+        vec![
+            "test.yaml:1:47: sessions.store.redis.sentinel.master: invalid Sentinel master name \"my master\": 1 to 128 visible ASCII characters, no spaces",
+            "test.yaml:1:96: sessions.store.redis.sentinel.nodes[1]: duplicate sentinel `redis://h:26379` (first defined at line 1)",
+            "test.yaml:1:125: sessions.store.redis.sentinel.nodes[2]: a sentinel's URL must look like redis://[user:password@]host:port (rediss:// for TLS): the port is missing (sentinels usually listen on 26379)",
+            "test.yaml:1:147: sessions.store.redis.sentinel.nodes[3]: a sentinel's URL names no database (the data nodes' database is `db`)",
+            "test.yaml:1:177: sessions.store.redis.sentinel.nodes[4]: a sentinel's URL must look like redis://[user:password@]host:port (rediss:// for TLS)",
+            "test.yaml:1:211: sessions.store.redis.sentinel.username: `username` needs `password` (the data nodes' ACL user logs in with both)",
+            "test.yaml:1:218: sessions.store.redis.sentinel.db: `db` must be from 0 to 65535, got 70000",
+        ]
+    );
+    assert!(found.iter().all(|e| !e.contains("hunter2")), "{found:?}");
 }
 
 #[test]

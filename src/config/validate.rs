@@ -471,37 +471,48 @@ fn session_bounds(checker: &mut Checker<'_>, raw: Option<&RawSessions>) -> Optio
     })
 }
 
-/// `store: {redis: {url | cluster, prefix, timeout}}`. URLs may hold a password: never shown.
+/// `store: {redis: {url | cluster | sentinel, prefix, timeout}}`. URLs may hold a password:
+/// never shown.
 fn redis_store(checker: &mut Checker<'_>, parent: &Loc, raw: &RawRedis) -> Option<RedisConfig> {
-    let target = match (&raw.url, &raw.cluster) {
-        (None, None) => {
-            checker.error(
-                parent,
-                "missing required field `url` (one Redis primary) or `cluster` (Redis Cluster seed nodes)",
-            );
-            None
-        }
-        (Some(_), Some(cluster)) => {
-            checker.error(
-                &cluster.loc,
-                "`url` and `cluster` are mutually exclusive: give `url` for one Redis primary or `cluster` for the seed nodes of a Redis Cluster",
-            );
-            None
-        }
-        (Some(sp), None) => redis_url(checker, sp, false).map(RedisTarget::Single),
-        (None, Some(sp)) => sp.get().and_then(|seeds| {
-            if seeds.is_empty() {
-                checker.error(&sp.loc, "`cluster` needs at least one seed URL");
-                return None;
-            }
-            let urls: Vec<Option<Secret>> = seeds
-                .iter()
-                .map(|seed| redis_url(checker, seed, true))
-                .collect();
-            urls.into_iter()
-                .collect::<Option<Vec<_>>>()
-                .map(RedisTarget::Cluster)
-        }),
+    let second = [
+        raw.cluster.as_ref().map(|c| &c.loc),
+        raw.sentinel.as_ref().map(|s| &s.loc),
+    ];
+    let given = usize::from(raw.url.is_some()) + second.iter().flatten().count();
+    let target = if given == 0 {
+        checker.error(
+            parent,
+            "missing required field `url` (one Redis primary), `cluster` (Redis Cluster seed nodes) or `sentinel` (the primary Redis Sentinel names)",
+        );
+        None
+    } else if given > 1 {
+        // Reported where the second of them starts.
+        let loc = second.iter().flatten().last().copied().unwrap_or(parent);
+        checker.error(
+            loc,
+            "`url`, `cluster` and `sentinel` exclude each other: give `url` for one Redis primary, `cluster` for the seed nodes of a Redis Cluster, or `sentinel` for the sentinels that find the primary",
+        );
+        None
+    } else if let Some(sp) = &raw.url {
+        redis_url(checker, sp, false).map(RedisTarget::Single)
+    } else if let Some(sentinel) = &raw.sentinel {
+        super::validate_sentinel::sentinel(checker, sentinel).map(RedisTarget::Sentinel)
+    } else {
+        raw.cluster.as_ref().and_then(|sp| {
+            sp.get().and_then(|seeds| {
+                if seeds.is_empty() {
+                    checker.error(&sp.loc, "`cluster` needs at least one seed URL");
+                    return None;
+                }
+                let urls: Vec<Option<Secret>> = seeds
+                    .iter()
+                    .map(|seed| redis_url(checker, seed, true))
+                    .collect();
+                urls.into_iter()
+                    .collect::<Option<Vec<_>>>()
+                    .map(RedisTarget::Cluster)
+            })
+        })
     };
     let prefix = match &raw.prefix {
         None => Some(DEFAULT_REDIS_PREFIX.to_owned()),

@@ -403,6 +403,50 @@ fn runtimes_values_render_the_runtimes_image_with_npx_and_uvx_upstreams() {
     );
 }
 
+/// Redis Sentinel: the store block under `config` (master, sentinels, the data nodes' password
+/// from the existing Secret) passes the schema and `switchyard check`, scales, and migrates
+/// first; `url` and `sentinel` together are refused by the schema.
+#[test]
+fn a_sentinel_store_renders_a_scaled_gateway_that_passes_check() {
+    let (helm, dir) = (Helm::new(), TempDir::new("chart-sentinel"));
+    let values = dir.path("sentinel-values.yaml");
+    std::fs::write(
+        &values,
+        "replicaCount: 3\n\
+         redis:\n  existingSecret: switchyard-redis\n\
+         config:\n  sessions:\n    store:\n      redis:\n        sentinel:\n\
+         \x20         master: mymaster\n\
+         \x20         nodes: [\"redis://redis-sentinel-0.redis-sentinel:26379\", \"redis://redis-sentinel-1.redis-sentinel:26379\"]\n\
+         \x20         password: \"${REDIS_PASSWORD}\"\n\
+         \x20       prefix: sy\n",
+    )
+    .expect("values file");
+    let (docs, checked) = verified_render(&helm, &dir, &values, &[]);
+    assert!(checked.contains("ok (1 tenant(s)"), "{checked}");
+    let routing = routing_config(&docs);
+    assert_eq!(
+        str_at(&routing, "/sessions/store/redis/sentinel/master"),
+        "mymaster"
+    );
+    let deployment = one_of(&docs, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    let init = array_at(&deployment["spec"]["template"]["spec"], "/initContainers");
+    assert_eq!(init[0]["name"], "migrate");
+    let password = env_value(gateway_container(&docs), "REDIS_PASSWORD");
+    assert_eq!(
+        password["valueFrom"]["secretKeyRef"]["name"],
+        "switchyard-redis"
+    );
+
+    let refused = helm
+        .template(&values, &["config.sessions.store.redis.url=redis://r:6379"])
+        .expect_failure();
+    assert!(
+        refused.contains("values don't meet the specifications of the schema(s)"),
+        "{refused}"
+    );
+}
+
 #[test]
 fn a_redis_cluster_store_renders_its_seeds_and_url_with_cluster_is_refused() {
     let (helm, dir) = (Helm::new(), TempDir::new("chart-redis-cluster"));

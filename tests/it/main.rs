@@ -32,6 +32,7 @@ mod origin_host;
 mod param_headers;
 mod process;
 mod redis_cluster;
+mod redis_sentinel;
 mod reload;
 mod resources;
 mod resume;

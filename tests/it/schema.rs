@@ -141,6 +141,20 @@ fn the_schema_and_check_agree() {
             true,
         ),
         (
+            "redis sentinel store",
+            format!(
+                "sessions:\n  store: {{redis: {{sentinel: {{master: mymaster, nodes: [\"redis://10.0.0.1:26379\"], password: pw, tls: true, db: 2}}, timeout: 2s}}}}\n{base}"
+            ),
+            true,
+        ),
+        (
+            "typo'd sentinel key",
+            format!(
+                "sessions:\n  store: {{redis: {{sentinel: {{master: mymaster, node: [\"redis://10.0.0.1:26379\"]}}}}}}\n{base}"
+            ),
+            false,
+        ),
+        (
             "typo'd top-level key",
             format!("lisen: 127.0.0.1:8080\n{base}"),
             false,

@@ -19,6 +19,7 @@ pub mod process;
 pub mod rawhttp;
 pub mod redis;
 pub mod redis_cluster;
+pub mod sentinel;
 pub mod wire;
 
 use std::time::Duration;

@@ -17,7 +17,7 @@ pub struct RedisServer {
     child: Option<Child>,
 }
 
-fn redis_server() -> PathBuf {
+pub(crate) fn redis_server() -> PathBuf {
     for dir in std::env::var("PATH").unwrap_or_default().split(':') {
         let p = PathBuf::from(dir).join("redis-server");
         if p.is_file() {
