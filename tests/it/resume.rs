@@ -298,6 +298,7 @@ async fn random_cuts_resumed_on_other_replicas_through_redis() {
         url: switchyard::config::Secret::new(redis.url()),
         prefix: "resume".into(),
         timeout: Duration::from_millis(500),
+        events: switchyard::config::EventDurability::Durable,
     });
     switchyard::cluster::migrate(&cfg).await.expect("migrate");
     let a = TestGateway::start(cfg.clone()).await;

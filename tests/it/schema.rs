@@ -141,6 +141,20 @@ fn the_schema_and_check_agree() {
             true,
         ),
         (
+            "redis store with fast events",
+            format!(
+                "sessions:\n  store: {{redis: {{url: \"redis://127.0.0.1:6379\", events: fast}}}}\n{base}"
+            ),
+            true,
+        ),
+        (
+            "unknown event durability",
+            format!(
+                "sessions:\n  store: {{redis: {{url: \"redis://127.0.0.1:6379\", events: sync}}}}\n{base}"
+            ),
+            false,
+        ),
+        (
             "typo'd top-level key",
             format!("lisen: 127.0.0.1:8080\n{base}"),
             false,

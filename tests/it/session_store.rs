@@ -57,6 +57,7 @@ pub async fn redis_config(server: &RedisServer, prefix: &str) -> RedisConfig {
         url: Secret::new(server.url()),
         prefix: prefix.into(),
         timeout: Duration::from_millis(500),
+        events: switchyard::config::EventDurability::Durable,
     }
 }
 
