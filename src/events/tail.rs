@@ -109,17 +109,14 @@ pub fn tail(
                 .map(|since| since + log.patience().unwrap_or_default());
             tokio::select! {
                 _ = &mut notified => {}
+                // Both `None` (a branch disabled) without a durable mirror or a wait.
                 Some(()) = async {
-                    match written.as_mut().as_pin_mut() {
-                        Some(w) => Some(w.await),
-                        None => None,
-                    }
+                    written.as_mut().as_pin_mut()?.await;
+                    Some(())
                 } => {}
                 Some(()) = async {
-                    match give_up {
-                        Some(at) => Some(tokio::time::sleep_until(at).await),
-                        None => None,
-                    }
+                    tokio::time::sleep_until(give_up?).await;
+                    Some(())
                 } => {}
                 _ = tokio::time::sleep(r.end.keep_alive_every) => {
                     if let Some(f) = &r.end.on_keep_alive {

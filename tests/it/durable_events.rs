@@ -6,7 +6,9 @@
 //! lost, over several cuts. With Redis holding writes back for a moment before the kill, the
 //! fast mode loses what it sent meanwhile (the test can fail), the durable mode still nothing.
 //! `SY_TEST_EVENTS=fast` runs the plain cuts in fast mode: they fail on a cut where A sent
-//! events its writer had not yet stored (seen: 3 of 5 cuts lost nothing, the fourth lost 3).
+//! events its writer had not yet stored (seen: the first three cuts lost nothing, the fourth
+//! lost 3). And while Redis takes no writes, a durable stream waits, ends with a `retry` hint
+//! after its patience, and the client's resumption gets the rest once Redis is back.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -239,4 +241,119 @@ async fn with_redis_lagging_at_the_kill_fast_mode_loses_what_it_sent_and_durable
         fast.resumed
     );
     assert_eq!(durable.lost(), 0, "durable mode: {:?}", durable.resumed);
+}
+
+#[tokio::test]
+async fn while_redis_takes_no_writes_a_durable_stream_waits_then_ends_with_a_retry_hint() {
+    use crate::support::config::{config, demo_stdio, tenant, upstream};
+    use crate::support::gateway::TestGateway;
+    use switchyard::config::{
+        EventDurability, RedisConfig, Secret, StoreConfig, UpstreamTransport,
+    };
+
+    let redis = RedisServer::start().await;
+    let mut cfg = config(vec![tenant(
+        "r",
+        vec![upstream("demo", UpstreamTransport::Stdio(demo_stdio(None)))],
+    )]);
+    // Patience: 3 × 300 ms + 1 s = 1.9 s.
+    cfg.sessions.store = StoreConfig::Redis(RedisConfig {
+        url: Secret::new(redis.url()),
+        prefix: "wait".into(),
+        timeout: Duration::from_millis(300),
+        events: EventDurability::Durable,
+    });
+    switchyard::cluster::migrate(&cfg).await.expect("migrate");
+    let gw = TestGateway::start(cfg).await;
+    let mut c = RawClient::new(gw.url("r"));
+    c.protocol_version = "2025-06-18".into();
+    c.initialize().await;
+    let request_id = c.next_id();
+    let body = json!({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {
+        "name": "sleep", "arguments": {"ms": 3000, "steps": 30},
+        "_meta": {"progressToken": "p"}}});
+    let mut req = c.http.post(&c.url).body(body.to_string());
+    for (k, v) in c.standard_headers() {
+        req = req.header(k, v);
+    }
+    let mut resp = req.send().await.expect("POST");
+    assert_eq!(resp.status(), 200);
+    let (mut text, mut seqs, mut last_id) = (String::new(), Vec::new(), None);
+    let take = |text: &mut String, seqs: &mut Vec<u64>, last_id: &mut Option<String>| {
+        for e in take_events(text) {
+            if let Some(id) = e.id {
+                seqs.push(seq_of(&id));
+                *last_id = Some(id);
+            }
+        }
+    };
+    while seqs.is_empty() {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), resp.chunk())
+            .await
+            .expect("the first event within 10 s")
+            .expect("read")
+            .expect("not ended");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        take(&mut text, &mut seqs, &mut last_id);
+    }
+    let mut admin = redis.conn().await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(4_000)
+        .arg("WRITE")
+        .query_async(&mut admin)
+        .await
+        .expect("CLIENT PAUSE");
+    let paused = tokio::time::Instant::now();
+    // The body waits for Redis, then ends with a retry hint (well before the pause ends).
+    let mut rest = String::new();
+    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(10), resp.chunk())
+        .await
+        .expect("the body ends within 10 s")
+        .expect("read")
+    {
+        rest.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let waited = paused.elapsed();
+    assert!(
+        rest.ends_with("retry: 1000\n\n"),
+        "the body ends with a retry hint: {rest:?}"
+    );
+    assert!(
+        waited >= Duration::from_millis(1_500) && waited < Duration::from_millis(3_900),
+        "it waited for the patience (1.9 s), not for Redis: {waited:?}"
+    );
+    text.push_str(&rest);
+    take(&mut text, &mut seqs, &mut last_id);
+    let before_pause = seqs.len();
+    // Once Redis takes writes again, the client resumes and gets the rest, the response too.
+    tokio::time::sleep_until(paused + Duration::from_millis(4_200)).await;
+    let mut resp = c
+        .http
+        .get(&c.url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", c.session.clone().unwrap_or_default())
+        .header("mcp-protocol-version", &c.protocol_version)
+        .header("last-event-id", last_id.clone().expect("an id"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(resp.status(), 200);
+    let mut text = String::new();
+    while !text.contains(&format!("\"id\":{request_id}")) {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), resp.chunk())
+            .await
+            .expect("the rest within 10 s")
+            .expect("read")
+            .expect("not ended before the response");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    text.push_str("\n\n");
+    take(&mut text, &mut seqs, &mut last_id);
+    let expected: Vec<u64> = (seqs[0]..seqs[0] + seqs.len() as u64).collect();
+    assert_eq!(
+        seqs, expected,
+        "every event once, in order ({before_pause} before the resumption)"
+    );
+    gw.stop().await;
 }
