@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Side by side in one run: the same tools/call workload against the demo upstream over HTTP
 # directly, through a plain reverse proxy for reference (nginx, when installed), then through
-# the gateway (in-memory store, Redis store, and a stdio upstream), and the ratios. Two loads: saturation (closed loop, as fast as answers come) and a moderate
-# paced rate (latency added by the gateway), plus SSE-streamed calls with progress.
+# the gateway (in-memory store, Redis store — durable SSE events, the default, and
+# `events: fast` — and a stdio upstream), and the ratios. Two loads: saturation (closed loop,
+# as fast as answers come) and a moderate paced rate (latency added by the gateway), plus
+# SSE-streamed calls with progress (and, when LOADS names it, `streamed-paced`: those at the
+# moderate rate, for the latency a streamed call gets).
 #
 #   bash loadtest/compare.sh [SECONDS] [ROUNDS]  (measured seconds per run, default 5; rounds,
 #                                                 default 3)
@@ -25,7 +28,8 @@
 # {rate: 1000000/s}}") adds limited-memory and limited-redis, this build with those limits.
 # ONLY='<targets>' measures just those (and direct, the reference), e.g. ONLY="gateway-memory
 # base-memory". LOADS='<loads>' runs just those of saturation, moderate and streamed, e.g. the
-# streamed Redis case alone: LOADS=streamed ONLY="gateway-redis base-redis".
+# streamed Redis case alone: LOADS=streamed ONLY="gateway-redis base-redis"; the two event
+# modes: LOADS="streamed streamed-paced" ONLY="gateway-redis gateway-redis-fast".
 # SMOKE=1 exits non-zero when any target had errors or made no call (CI runs
 # `SMOKE=1 SY_PROFILE=debug bash loadtest/compare.sh 1 1`: seconds, and never judged on timings).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" compare
@@ -129,10 +133,11 @@ fi
 
 HTTP_UP="{name: demo, http: {url: \"$UPSTREAM\"}}"
 STDIO_UP="{name: demo, stdio: {command: \"$DEMO\", args: [--stdio], sharing: shared, pool_size: 2}}"
-redis_store() { echo "{redis: {url: \"redis://127.0.0.1:$RPORT\", prefix: $1}}"; }
+# $1 = key prefix, $2 = extra settings (e.g. "events: fast")
+redis_store() { echo "{redis: {url: \"redis://127.0.0.1:$RPORT\", prefix: $1${2:+, $2}}}"; }
 ORDER=(direct)
 if [[ -n "$NGINX" ]]; then ORDER+=(nginx); fi
-ORDER+=(gateway-memory gateway-redis gateway-stdio)
+ORDER+=(gateway-memory gateway-redis gateway-redis-fast gateway-stdio)
 if [[ -n "${SY_BASELINE:-}" ]]; then ORDER+=(base-memory base-redis); fi
 if [[ -n "${LIMITS:-}" ]]; then ORDER+=(limited-memory limited-redis); fi
 if [[ -n "${ONLY:-}" ]]; then
@@ -145,6 +150,7 @@ fi
 wanted() { [[ " ${ORDER[*]} " == *" $1 "* ]]; }
 if wanted gateway-memory; then gateway gateway-memory memory "$HTTP_UP"; fi
 if wanted gateway-redis; then gateway gateway-redis "$(redis_store sy)" "$HTTP_UP"; fi
+if wanted gateway-redis-fast; then gateway gateway-redis-fast "$(redis_store syf "events: fast")" "$HTTP_UP"; fi
 if wanted gateway-stdio; then gateway gateway-stdio memory "$STDIO_UP"; fi
 if wanted base-memory; then gateway base-memory memory "$HTTP_UP" "$SY_BASELINE"; fi
 if wanted base-redis; then gateway base-redis "$(redis_store base)" "$HTTP_UP" "$SY_BASELINE"; fi
@@ -162,7 +168,7 @@ measure() { # $1 = load name, $2.. = sy-load args
     for round in $(seq 1 "$ROUNDS"); do
         for t in "${ORDER[@]}"; do
             echo "== $load, round $round: $t" >&2
-            local before=""; if [[ "$t" == *redis ]]; then
+            local before=""; if [[ "$t" == *redis* ]]; then
                 before="$(redis_commands)"
                 redis-cli -p "$RPORT" INFO commandstats >"$OUT/$load.$t.$round.cmdstats-before"
                 curl -s "${ADMIN[$t]}/metrics" >"$OUT/$load.$t.$round.metrics-before" || true
@@ -186,11 +192,15 @@ if load_wanted moderate; then measure moderate --sessions "$RATE_SESSIONS" --rat
 if load_wanted streamed; then
     measure streamed --sessions "$SESSIONS" --tool sleep --arguments '{"ms":0,"steps":3}' --progress
 fi
+if load_wanted streamed-paced; then
+    measure streamed-paced --sessions "$RATE_SESSIONS" --rate "$RATE" --tool sleep \
+        --arguments '{"ms":0,"steps":3}' --progress
+fi
 
 python3 - "$OUT" "$ROUNDS" "$LOADS" "${ORDER[@]}" <<'PY'
 import json, sys, os, statistics
 out, rounds, loads, order = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4:]
-loads = [l for l in ("saturation", "moderate", "streamed") if l in loads]
+loads = [l for l in ("saturation", "moderate", "streamed", "streamed-paced") if l in loads]
 def runs(load, t):
     return [json.load(open(os.path.join(out, f"{load}.{t}.{r}.json"))) for r in range(1, rounds + 1)]
 def med(load, t):
@@ -215,17 +225,18 @@ def redis_per_call(load, t, rs):
         int(open(p).read()) / max(1.0, x["calls"] * (x["seconds"] + 1) / x["seconds"])
         for p, x in zip(paths, rs))
 print(f"median of {rounds} rounds of {json.load(open(os.path.join(out, f'{loads[0]}.direct.1.json')))['seconds']:.0f} s each")
-print(f"{'load':<11} {'target':<15} {'calls/s':>9} {'(min-max)':>15} {'ratio':>6} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'errors':>6} {'gw cpu us/call':>14} {'upstream cpu us/call':>20} {'redis cmds/call':>15}")
+print(f"{'load':<14} {'target':<18} {'calls/s':>9} {'(min-max)':>15} {'ratio':>6} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'errors':>6} {'gw cpu us/call':>14} {'upstream cpu us/call':>20} {'redis cmds/call':>15}")
 for load in loads:
     base = med(load, "direct")
     for t in order:
         x = med(load, t)
         lo, hi = x["spread"]
-        print(f"{load:<11} {t:<15} {x['tput']:>9.0f} {f'({lo:.0f}-{hi:.0f})':>15} {x['tput']/base['tput']:>6.2f} {x['p50']:>8.3f} {x['p90']:>8.3f} {x['p99']:>8.3f} {x['errors']:>6} {x['gw_cpu']:>14.1f} {x['up_cpu']:>20.1f} {'-' if x['redis'] is None else format(x['redis'], '.2f'):>15}")
-base = med("moderate", "direct") if "moderate" in loads else None
-for t in order[1:] if base else []:
-    x = med("moderate", t)
-    print(f"added latency at {runs('moderate', t)[0]['rate_target']:.0f} calls/s, {t}: p50 {x['p50']-base['p50']:+.3f} ms, p99 {x['p99']-base['p99']:+.3f} ms")
+        print(f"{load:<14} {t:<18} {x['tput']:>9.0f} {f'({lo:.0f}-{hi:.0f})':>15} {x['tput']/base['tput']:>6.2f} {x['p50']:>8.3f} {x['p90']:>8.3f} {x['p99']:>8.3f} {x['errors']:>6} {x['gw_cpu']:>14.1f} {x['up_cpu']:>20.1f} {'-' if x['redis'] is None else format(x['redis'], '.2f'):>15}")
+for paced in ("moderate", "streamed-paced"):
+    base = med(paced, "direct") if paced in loads else None
+    for t in order[1:] if base else []:
+        x = med(paced, t)
+        print(f"added latency ({paced}) at {runs(paced, t)[0]['rate_target']:.0f} calls/s, {t}: p50 {x['p50']-base['p50']:+.3f} ms, p99 {x['p99']-base['p99']:+.3f} ms")
 # A smoke run (SMOKE=1, the CI's) fails on errors or on a target that made no call; never on
 # timings.
 if os.environ.get("SMOKE") == "1":

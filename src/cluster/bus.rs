@@ -117,11 +117,22 @@ impl Bus {
 
     /// A replica among others sharing `redis`; event logs live as long as sessions (`ttl`),
     /// and the copy of each keeps its last `mirror_len` events (a local log's window).
-    pub fn redis(redis: Redis, ttl: Duration, secret: Vec<u8>, mirror_len: usize) -> Bus {
+    pub fn redis(
+        redis: Redis,
+        ttl: Duration,
+        secret: Vec<u8>,
+        mirror_len: usize,
+        durability: crate::config::EventDurability,
+    ) -> Bus {
         Bus {
             secret: Some(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret)),
             replica: replica_id().into(),
-            events: Some(Arc::new(RedisEvents::new(redis.clone(), ttl, mirror_len))),
+            events: Some(Arc::new(RedisEvents::new(
+                redis.clone(),
+                ttl,
+                mirror_len,
+                durability,
+            ))),
             redis: Some(redis),
         }
     }

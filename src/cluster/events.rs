@@ -4,6 +4,11 @@
 //! that moment in one round trip, the TTL set per stream rather than per write); another
 //! replica replays and follows a stream by polling `XRANGE` (no blocking reads on the shared
 //! multiplexed connection).
+//!
+//! `events: durable` (the default): each stream's queue carries the stream's watermark
+//! (`mirror::Watermark`), which the local log's readers are held behind, and never leaves a
+//! notification out of the copy — the log's unread backlog, which counts the events not yet
+//! written, bounds what waits for Redis instead (see the README's *Floods*).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
@@ -13,7 +18,8 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::Redis;
-use super::mirror::{self, Mirrored, Queued, Shared, StreamCopy};
+use super::mirror::{self, Mirrored, Queued, Shared, StreamCopy, WRITE_ATTEMPTS};
+use crate::config::EventDurability;
 use crate::store::{SessionKey, StoreError};
 
 /// Events read back from Redis.
@@ -29,6 +35,9 @@ pub struct Replayed {
 
 pub struct RedisEvents {
     shared: Arc<Shared>,
+    durability: EventDurability,
+    /// How long a reader waits for events recorded but not yet written (durable mode).
+    patience: Duration,
     /// The queue to the replica's writer, started with the first mirrored stream.
     writer: OnceLock<mpsc::UnboundedSender<Queued>>,
 }
@@ -37,15 +46,25 @@ pub struct RedisEvents {
 const READ_BATCH: usize = 512;
 /// Events queued for one stream beyond which its notifications are left out of the Redis
 /// copy (they stay in the local log; a resumer elsewhere skips them): a flood faster than
-/// Redis never grows the queue without bound. Responses and requests always go.
+/// Redis never grows the queue without bound. Responses and requests always go. (Fast mode
+/// only: a durable stream's log holds notifications back before they get an id.)
 const MIRROR_BACKLOG: usize = 4096;
 
 impl RedisEvents {
     /// Copies of event logs that outlive their last write by at least `ttl` and keep their
-    /// last `max_len` events.
-    pub fn new(redis: Redis, ttl: Duration, max_len: usize) -> RedisEvents {
+    /// last `max_len` events; `durability` says whether readers wait for them.
+    pub fn new(
+        redis: Redis,
+        ttl: Duration,
+        max_len: usize,
+        durability: EventDurability,
+    ) -> RedisEvents {
+        // As long as the fast mode tries an event before giving up on it, and its pauses.
+        let patience = redis.timeout * WRITE_ATTEMPTS + Duration::from_secs(1);
         RedisEvents {
             shared: Arc::new(Shared::new(redis, ttl, max_len)),
+            durability,
+            patience,
             writer: OnceLock::new(),
         }
     }
@@ -62,8 +81,10 @@ impl RedisEvents {
             tx: tx.clone(),
             stream: Arc::new(StreamCopy::new(
                 self.shared.redis.keys.events(session, stream),
+                self.durability == EventDurability::Durable,
             )),
             shared: self.shared.clone(),
+            patience: self.patience,
         }
     }
 
@@ -141,14 +162,27 @@ pub struct MirrorQueue {
     tx: mpsc::UnboundedSender<Queued>,
     stream: Arc<StreamCopy>,
     shared: Arc<Shared>,
+    patience: Duration,
+}
+
+/// Where a durable stream's copy stands, for its readers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// Every event up to this sequence number is in Redis.
+    UpTo(u64),
+    /// An event could not be written in order: nothing more will be (see `mirror.rs`).
+    Broken,
 }
 
 impl MirrorQueue {
-    /// Queues `m`; a `droppable` event (a notification) is left out while the stream has
-    /// more than `MIRROR_BACKLOG` events queued.
+    /// Queues `m`; in fast mode a `droppable` event (a notification) is left out while the
+    /// stream has more than `MIRROR_BACKLOG` events queued.
     pub fn send(&self, m: Mirrored, droppable: bool) {
         let queued = &self.stream.queued;
-        if droppable && queued.load(Ordering::Acquire) >= MIRROR_BACKLOG {
+        if droppable
+            && self.stream.watermark.is_none()
+            && queued.load(Ordering::Acquire) >= MIRROR_BACKLOG
+        {
             crate::metrics::get().dropped_notification("mirror_backlog");
             return;
         }
@@ -164,5 +198,30 @@ impl MirrorQueue {
                 self.shared.drained.notify_waiters();
             }
         }
+    }
+}
+
+impl MirrorQueue {
+    /// How far a durable stream's copy is written; `None` in fast mode (readers do not wait).
+    pub fn written(&self) -> Option<Written> {
+        let w = self.stream.watermark.as_ref()?;
+        Some(if w.broken.load(Ordering::Acquire) {
+            Written::Broken
+        } else {
+            Written::UpTo(w.written.load(Ordering::Acquire))
+        })
+    }
+
+    /// Resolves when `written` may have changed (enable it before reading `written`); `None`
+    /// in fast mode.
+    pub fn written_changed(&self) -> Option<tokio::sync::futures::Notified<'_>> {
+        Some(self.stream.watermark.as_ref()?.changed.notified())
+    }
+
+    /// How long a reader waits for events recorded but not yet written before it ends its
+    /// body with a `retry` hint: as long as the fast mode tries an event (`WRITE_ATTEMPTS`
+    /// round trips of the Redis `timeout`), and a second.
+    pub fn patience(&self) -> Duration {
+        self.patience
     }
 }

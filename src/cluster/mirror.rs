@@ -9,9 +9,16 @@
 //! there is refused by its id and counts as written. A key is only ever created by a pipeline
 //! that also sets its TTL: later writes use `NOMKSTREAM`, and one that finds the key gone
 //! (expired, deleted) is sent again with the TTL.
+//!
+//! Durable streams (`events: durable`) have a [`Watermark`]: after each round trip's answer the
+//! writer advances it to the stream's last event that Redis has with every one before it, and
+//! readers of the local log are given nothing beyond it. Their events are never given up on
+//! while Redis does not answer (they are retried, the pause growing to `MAX_PAUSE`); an event
+//! that can no longer be written in order (a later one of its stream got in first, after a
+//! per-entry error) breaks the stream's watermark: its readers end with a `retry` hint.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -83,14 +90,54 @@ pub(super) struct StreamCopy {
     /// When the writer last sent this key's `EXPIRE` (`Shared::now_ms`), 0 if it has not
     /// (or the key may be gone). Only the writer touches it.
     ttl_set_at: AtomicU64,
+    /// How far the copy is written, for a durable stream; `None` in fast mode.
+    pub watermark: Option<Watermark>,
+    /// The lowest sequence number of this stream still held by the writer after the current
+    /// round trip (0: none). Only the writer touches it, within one round trip.
+    held_from: AtomicU64,
+    /// The highest sequence number of this stream written so far (durable streams). Only the
+    /// writer touches it.
+    written_max: AtomicU64,
 }
 
 impl StreamCopy {
-    pub fn new(key: String) -> StreamCopy {
+    pub fn new(key: String, durable: bool) -> StreamCopy {
         StreamCopy {
             key,
             queued: AtomicUsize::new(0),
             ttl_set_at: AtomicU64::new(0),
+            watermark: durable.then(Watermark::default),
+            held_from: AtomicU64::new(0),
+            written_max: AtomicU64::new(0),
+        }
+    }
+}
+
+/// How far a durable stream's copy is written: every event up to `written` (and none after
+/// it is known to be) is in Redis. The writer advances it when a round trip's answer arrives;
+/// the stream's readers wait on `changed`.
+#[derive(Default)]
+pub(super) struct Watermark {
+    pub written: AtomicU64,
+    /// An event of the stream can no longer be written in order: `written` stays where it is.
+    pub broken: AtomicBool,
+    pub changed: Notify,
+}
+
+impl Watermark {
+    /// Once broken, a watermark stays where it is.
+    fn advance(&self, seq: u64) {
+        if self.broken.load(Ordering::Acquire) {
+            return;
+        }
+        if self.written.fetch_max(seq, Ordering::AcqRel) < seq {
+            self.changed.notify_waiters();
+        }
+    }
+
+    fn break_off(&self) {
+        if !self.broken.swap(true, Ordering::AcqRel) {
+            self.changed.notify_waiters();
         }
     }
 }
@@ -101,8 +148,11 @@ pub(super) struct Queued {
     pub event: Mirrored,
 }
 
-/// Attempts per event before it is given up on (it stays in the local log).
-const WRITE_ATTEMPTS: u32 = 3;
+/// Attempts per event before it is given up on (it stays in the local log); a durable
+/// stream's events are never given up on.
+pub(super) const WRITE_ATTEMPTS: u32 = 3;
+/// The longest pause between round trips while Redis does not answer.
+const MAX_PAUSE: Duration = Duration::from_secs(1);
 /// Most events written per round trip.
 const WRITE_BATCH: usize = 1024;
 
@@ -181,7 +231,7 @@ fn hash_tag(key: &str) -> &str {
 }
 
 /// Sends `todo` in one pipeline and keeps in it what is still to be written. Returns how long
-/// to wait before the next attempt when Redis did not answer.
+/// to wait before the next attempt when Redis did not answer, or refused an event kept.
 async fn round_trip(shared: &Shared, todo: &mut Vec<Entry>) -> Option<Duration> {
     let now = shared.now_ms();
     let refresh_ms = u64::try_from(shared.refresh.as_millis()).unwrap_or(u64::MAX);
@@ -237,7 +287,8 @@ async fn round_trip(shared: &Shared, todo: &mut Vec<Entry>) -> Option<Duration> 
             worst = worst.max(e.failures);
         }
         give_up_exhausted(shared, todo);
-        return (!todo.is_empty()).then(|| Duration::from_millis(100 * u64::from(worst)));
+        return (!todo.is_empty())
+            .then(|| Duration::from_millis(100 * u64::from(worst)).min(MAX_PAUSE));
     };
     let (adds, expires) = replies.split_at(todo.len());
     for (stream, reply) in expiring.iter().zip(expires) {
@@ -247,6 +298,10 @@ async fn round_trip(shared: &Shared, todo: &mut Vec<Entry>) -> Option<Duration> 
     }
     let mut finished = 0;
     let mut lost = 0;
+    // Durable streams' events written by this round trip, in order.
+    let mut written: Vec<(Arc<StreamCopy>, u64)> = Vec::new();
+    // The most failures of an event Redis refused (0: none was).
+    let mut refused = 0;
     let mut replies = adds.iter();
     todo.retain_mut(|e| {
         let keep = match replies.next() {
@@ -260,12 +315,16 @@ async fn round_trip(shared: &Shared, todo: &mut Vec<Entry>) -> Option<Duration> 
                 // stream got in first, and this one cannot follow it.
                 if !e.maybe_written {
                     lost += 1;
+                    if let Some(w) = &e.queued.stream.watermark {
+                        w.break_off();
+                    }
                 }
                 false
             }
             Some(Value::ServerError(err)) => {
                 tracing::debug!(error = %err, "event not yet written to Redis; retrying");
                 e.failures += 1;
+                refused = refused.max(e.failures);
                 true
             }
             _ => false,
@@ -273,9 +332,13 @@ async fn round_trip(shared: &Shared, todo: &mut Vec<Entry>) -> Option<Duration> 
         if !keep {
             finished += 1;
             e.queued.stream.queued.fetch_sub(1, Ordering::AcqRel);
+            if e.queued.stream.watermark.is_some() {
+                written.push((e.queued.stream.clone(), e.queued.event.seq));
+            }
         }
         keep
     });
+    advance_watermarks(todo, &written);
     if lost > 0 {
         tracing::warn!(
             events = lost,
@@ -284,14 +347,49 @@ async fn round_trip(shared: &Shared, todo: &mut Vec<Entry>) -> Option<Duration> 
     }
     shared.done(finished);
     give_up_exhausted(shared, todo);
-    None
+    // Refused events still held (durable ones): not at once again.
+    (refused > 0 && !todo.is_empty())
+        .then(|| Duration::from_millis(100 * u64::from(refused)).min(MAX_PAUSE))
 }
 
-/// Drops the events that failed `WRITE_ATTEMPTS` times (they stay in the local log).
+/// Advances the watermark of every durable stream with events in `written` to its highest
+/// event written so far, but not past an event of the stream still in `todo` (held for
+/// another attempt): a watermark covers only events with every one before them in Redis.
+fn advance_watermarks(todo: &[Entry], written: &[(Arc<StreamCopy>, u64)]) {
+    if written.is_empty() {
+        return;
+    }
+    for (stream, seq) in written {
+        stream.written_max.fetch_max(*seq, Ordering::Relaxed);
+    }
+    // `todo` is in each stream's order: its first entry of a stream is the lowest held.
+    for e in todo {
+        let stream = &e.queued.stream;
+        if stream.watermark.is_some() && stream.held_from.load(Ordering::Relaxed) == 0 {
+            stream
+                .held_from
+                .store(e.queued.event.seq, Ordering::Relaxed);
+        }
+    }
+    for (stream, _) in written {
+        let Some(w) = &stream.watermark else { continue };
+        let up_to = stream.written_max.load(Ordering::Relaxed);
+        match stream.held_from.load(Ordering::Relaxed) {
+            0 => w.advance(up_to),
+            held => w.advance(up_to.min(held - 1)),
+        }
+    }
+    for e in todo {
+        e.queued.stream.held_from.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Drops the events that failed `WRITE_ATTEMPTS` times (they stay in the local log); a
+/// durable stream's are kept until written.
 fn give_up_exhausted(shared: &Shared, todo: &mut Vec<Entry>) {
     let before = todo.len();
     todo.retain(|e| {
-        let keep = e.failures < WRITE_ATTEMPTS;
+        let keep = e.failures < WRITE_ATTEMPTS || e.queued.stream.watermark.is_some();
         if !keep {
             e.queued.stream.queued.fetch_sub(1, Ordering::AcqRel);
         }
@@ -316,7 +414,67 @@ fn already_there(err: &redis::ServerError) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::hash_tag;
+    use super::*;
+
+    fn entry(stream: &Arc<StreamCopy>, seq: u64) -> Entry {
+        Entry {
+            queued: Queued {
+                stream: stream.clone(),
+                event: Mirrored {
+                    seq,
+                    framed: Bytes::new(),
+                    last: false,
+                },
+            },
+            failures: 0,
+            maybe_written: false,
+        }
+    }
+
+    fn written(stream: &StreamCopy) -> u64 {
+        let w = stream.watermark.as_ref().map(|w| &w.written);
+        w.map_or(0, |w| w.load(Ordering::Acquire))
+    }
+
+    #[test]
+    fn a_watermark_covers_only_events_with_every_one_before_them_written() {
+        let a = Arc::new(StreamCopy::new("a".into(), true));
+        let b = Arc::new(StreamCopy::new("b".into(), true));
+        let fast = Arc::new(StreamCopy::new("f".into(), false));
+        // a: 1 and 2 written, 3 held (refused), 4 written; b: 1 written.
+        let held = vec![entry(&a, 3)];
+        let done = vec![
+            (a.clone(), 1),
+            (a.clone(), 2),
+            (b.clone(), 1),
+            (a.clone(), 4),
+            (fast.clone(), 7),
+        ];
+        advance_watermarks(&held, &done);
+        assert_eq!((written(&a), written(&b)), (2, 1));
+        assert!(fast.watermark.is_none());
+        // 3 is written on the next round trip: 4 was already, so a reaches 4.
+        advance_watermarks(&[], &[(a.clone(), 3)]);
+        assert_eq!(written(&a), 4);
+        advance_watermarks(&[], &[(a.clone(), 5)]);
+        assert_eq!(written(&a), 5);
+        assert_eq!(
+            a.held_from.load(Ordering::Relaxed),
+            0,
+            "reset for the next round trip"
+        );
+    }
+
+    #[test]
+    fn a_broken_watermark_stays_where_it_is() {
+        let a = Arc::new(StreamCopy::new("a".into(), true));
+        advance_watermarks(&[], &[(a.clone(), 2)]);
+        let w = a.watermark.as_ref().expect("durable");
+        w.break_off();
+        advance_watermarks(&[], &[(a.clone(), 9)]);
+        assert_eq!(written(&a), 2);
+        assert!(w.broken.load(Ordering::Acquire));
+    }
 
     #[test]
     fn hash_tags_follow_redis_cluster_rules() {

@@ -20,7 +20,7 @@ use std::time::Duration;
 use conn::{Conn, Subscriber};
 
 pub use bus::{Bus, BusMessage, Target, replica_of};
-pub use events::{MirrorQueue, RedisEvents, Replayed};
+pub use events::{MirrorQueue, RedisEvents, Replayed, Written};
 pub use keys::{Keys, LAYOUT_VERSION};
 pub use migrate::{Layout, MIGRATIONS};
 pub use mirror::Mirrored;

@@ -225,6 +225,21 @@ pub struct RedisConfig {
     pub prefix: String,
     /// Bound on every Redis operation (default 2s); beyond it the store counts as unavailable.
     pub timeout: Duration,
+    /// Whether an SSE event reaches Redis before the client (`events`, default durable).
+    pub events: EventDurability,
+}
+
+/// What a client of a replica that dies may miss of a resumable SSE stream (README, "Several
+/// replicas"): the order between an event's copy in Redis and its delivery to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventDurability {
+    /// A client is given only events its replica's writer has seen stored in Redis, so it can
+    /// resume on any replica after every event it got (the default). Costs the latency of one
+    /// pipelined round trip per batch of events.
+    Durable,
+    /// Events go to the client at once and to Redis behind it: a replica killed mid-stream
+    /// may have sent events Redis never got.
+    Fast,
 }
 
 /// How the gateway reaches Redis. Every URL is `redis://[user:password@]host:port[/db]`

@@ -97,6 +97,17 @@ pub struct RawRedis {
     pub sentinel: Field<RawSentinel>,
     pub prefix: Field<String>,
     pub timeout: Field<Dur>,
+    pub events: Field<RawEventDurability>,
+}
+
+/// Whether an SSE event reaches Redis before the client (`durable`, the default: a client
+/// resumes on any replica after every event it got) or after it (`fast`).
+#[derive(Deserialize, JsonSchema, Clone, Copy)]
+#[schemars(rename = "EventDurability")]
+#[serde(rename_all = "lowercase")]
+pub enum RawEventDurability {
+    Durable,
+    Fast,
 }
 
 #[derive(Deserialize, JsonSchema)]

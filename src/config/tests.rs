@@ -440,8 +440,23 @@ fn redis_store_and_stdio_pools() {
         panic!("expected the Redis store");
     };
     assert_eq!(
-        (r.prefix.as_str(), r.timeout),
-        ("sy", Duration::from_secs(2))
+        (r.prefix.as_str(), r.timeout, r.events),
+        ("sy", Duration::from_secs(2), EventDurability::Durable)
+    );
+    let config = ok(&format!(
+        "sessions: {{store: {{redis: {{url: \"redis://127.0.0.1:6390\", events: fast}}}}}}\n{MINIMAL}"
+    ));
+    let StoreConfig::Redis(r) = &config.sessions.store else {
+        panic!("expected the Redis store");
+    };
+    assert_eq!(r.events, EventDurability::Fast);
+    assert_eq!(
+        errors(&format!(
+            "sessions: {{store: {{redis: {{url: \"redis://127.0.0.1:6390\", events: sync}}}}}}\n{MINIMAL}"
+        )),
+        vec![
+            "test.yaml:1:67: sessions.store.redis.events: unknown value `sync`, expected one of: durable, fast"
+        ]
     );
 
     let config = ok(&with_upstream(

@@ -8,8 +8,8 @@ use std::time::Duration;
 use super::error::ConfigError;
 use super::limits::{DEFAULT_MAX_BODY, DEFAULT_MAX_UPSTREAM_MESSAGE};
 use super::raw::{
-    Dur, Field, RawConfig, RawFailurePolicy, RawLimits, RawPrefixMode, RawRedis, RawSessions,
-    RawStore, RawTelemetry, RawTenant, Size,
+    Dur, Field, RawConfig, RawEventDurability, RawFailurePolicy, RawLimits, RawPrefixMode,
+    RawRedis, RawSessions, RawStore, RawTelemetry, RawTenant, Size,
 };
 use super::rules;
 use super::spanned::{Loc, Sp};
@@ -17,9 +17,9 @@ use super::subst::HIDDEN_VALUE;
 use super::units::{format_duration, format_size};
 use super::validate_security::TenantPath;
 use super::{
-    AdminToken, Config, FailurePolicy, Limits, PrefixConfig, PrefixMode, RedisConfig, RedisTarget,
-    Secret, ServerIdentity, SessionBounds, SessionConfig, StoreConfig, TelemetryConfig,
-    TenantConfig,
+    AdminToken, Config, EventDurability, FailurePolicy, Limits, PrefixConfig, PrefixMode,
+    RedisConfig, RedisTarget, Secret, ServerIdentity, SessionBounds, SessionConfig, StoreConfig,
+    TelemetryConfig, TenantConfig,
 };
 
 pub(super) const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -471,8 +471,8 @@ fn session_bounds(checker: &mut Checker<'_>, raw: Option<&RawSessions>) -> Optio
     })
 }
 
-/// `store: {redis: {url | cluster | sentinel, prefix, timeout}}`. URLs may hold a password:
-/// never shown.
+/// `store: {redis: {url | cluster | sentinel, prefix, timeout, events}}`. URLs may hold a
+/// password: never shown.
 fn redis_store(checker: &mut Checker<'_>, parent: &Loc, raw: &RawRedis) -> Option<RedisConfig> {
     let second = [
         raw.cluster.as_ref().map(|c| &c.loc),
@@ -537,10 +537,18 @@ fn redis_store(checker: &mut Checker<'_>, parent: &Loc, raw: &RawRedis) -> Optio
         Duration::from_millis(1),
         "timeout",
     );
+    let events = match raw.events.as_ref() {
+        None => Some(EventDurability::Durable),
+        Some(sp) => sp.get().map(|e| match e {
+            RawEventDurability::Durable => EventDurability::Durable,
+            RawEventDurability::Fast => EventDurability::Fast,
+        }),
+    };
     Some(RedisConfig {
         target: target?,
         prefix: prefix?,
         timeout: timeout?,
+        events: events?,
     })
 }
 

@@ -5,6 +5,10 @@
 //! held back as the latest per request — while responses and requests to the client are always
 //! recorded. The held progress is recorded once the backlog shrinks, or just before the next
 //! essential event, so the client always sees the last progress and the response in order.
+//!
+//! A durable mirror (Redis, `events: durable`) holds readers back: they are given only events
+//! its writer has seen stored, so a client never holds an event Redis lacks. The events
+//! waiting for Redis count as unread, so the backlog bound also bounds what waits for it.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,7 +19,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tokio::sync::Notify;
 
 use super::{EventId, StreamId};
-use crate::cluster::{MirrorQueue, Mirrored};
+use crate::cluster::{MirrorQueue, Mirrored, Written};
 
 /// Bounds of one stream's log.
 #[derive(Debug, Clone, Copy)]
@@ -130,6 +134,12 @@ pub enum Read {
     Nothing,
     /// Nothing new and nothing will come.
     Done,
+    /// Events follow the position but are not yet in Redis (a durable mirror): they are
+    /// handed out once its writer has stored them.
+    Unwritten,
+    /// Events follow the position that the durable mirror can no longer store in order:
+    /// they are never handed out.
+    Unwritable,
 }
 
 /// What became of a notification offered to a log (for the metrics, outside the lock).
@@ -295,28 +305,36 @@ impl StreamLog {
     }
 
     /// Appends the events after `*after` to `out` and advances `*after`. A position the
-    /// window no longer holds continues with the oldest event kept.
+    /// window no longer holds continues with the oldest event kept. With a durable mirror,
+    /// only events already in Redis are appended.
     pub fn read_after(&self, after: &mut u64, out: &mut Vec<Bytes>) -> Read {
         let Ok(mut s) = self.state.lock() else {
             return Read::Done;
         };
+        // Read under the lock after the state: an event recorded since is beyond it anyway.
+        let written = match self.mirror.get().and_then(MirrorQueue::written) {
+            None => u64::MAX,
+            Some(Written::UpTo(seq)) => seq,
+            Some(Written::Broken) if *after < Self::last_seq(&s) => return Read::Unwritable,
+            Some(Written::Broken) => 0,
+        };
         let had = out.len();
-        Self::take_from(&mut s, after, out);
+        Self::take_from(&mut s, after, out, written);
         let mut flushed = false;
         if !s.held.is_empty() && !self.over_backlog(&s) {
             // The client caught up: the progress held back for it goes out now.
             self.flush_held(&mut s);
             flushed = true;
             if out.len() == had {
-                Self::take_from(&mut s, after, out);
+                Self::take_from(&mut s, after, out, written);
             }
         }
         let read = if out.len() > had {
             Read::Some
-        } else if s.done {
-            Read::Done
+        } else if *after >= Self::last_seq(&s) {
+            if s.done { Read::Done } else { Read::Nothing }
         } else {
-            Read::Nothing
+            Read::Unwritten
         };
         drop(s);
         if flushed {
@@ -344,18 +362,37 @@ impl StreamLog {
         self.notify.notified()
     }
 
+    /// Resolves when the durable mirror has written more (enable it before reading); `None`
+    /// without one (readers never wait for Redis).
+    pub(super) fn written_changed(&self) -> Option<tokio::sync::futures::Notified<'_>> {
+        self.mirror.get()?.written_changed()
+    }
+
+    /// How long a reader waits for events not yet in Redis (durable mirror) before it gives
+    /// its client a `retry` hint instead.
+    pub(super) fn patience(&self) -> Option<Duration> {
+        self.mirror.get().map(MirrorQueue::patience)
+    }
+
     // ---- Under the lock
 
-    /// Moves the events after `*after` into `out`, marking them read.
-    fn take_from(s: &mut State, after: &mut u64, out: &mut Vec<Bytes>) {
+    /// The sequence number of the newest event in the window (0 before the first).
+    fn last_seq(s: &State) -> u64 {
+        s.first_seq + s.events.len() as u64 - 1
+    }
+
+    /// Moves the events after `*after`, up to `up_to`, into `out`, marking them read.
+    fn take_from(s: &mut State, after: &mut u64, out: &mut Vec<Bytes>, up_to: u64) {
         let want = (*after + 1).max(s.first_seq);
-        let skip = usize::try_from(want - s.first_seq).unwrap_or(usize::MAX);
-        if skip >= s.events.len() {
+        let end = Self::last_seq(s).min(up_to);
+        if want > end {
             return;
         }
-        out.extend(s.events.iter().skip(skip).cloned());
-        *after = s.next_seq - 1;
-        Self::mark_read(s, *after);
+        let skip = usize::try_from(want - s.first_seq).unwrap_or(usize::MAX);
+        let take = usize::try_from(end - want + 1).unwrap_or(usize::MAX);
+        out.extend(s.events.iter().skip(skip).take(take).cloned());
+        *after = end;
+        Self::mark_read(s, end);
     }
 
     /// Everything up to `seq` was handed to a reader: it leaves the unread backlog.

@@ -25,7 +25,9 @@ pub struct TailEnd {
 }
 
 /// The SSE body of a stream: every event after `after`, then new ones as they are recorded,
-/// until the stream is done or the replica shuts down.
+/// until the stream is done or the replica shuts down. With a durable Redis mirror, events
+/// go out once Redis has them; if it has not for the mirror's patience (Redis down), the body
+/// ends with a `retry` hint, so the request ends and the client resumes with `Last-Event-ID`.
 pub fn tail(
     log: Arc<StreamLog>,
     after: u64,
@@ -36,62 +38,115 @@ pub fn tail(
         .sse_streams
         .with_label_values(&[log.kind.label()])
         .inc();
-    let guard = ReaderGuard(log.clone());
-    let state = (guard, after, end, None::<Bytes>, false);
-    futures_util::stream::unfold(
-        state,
-        |(guard, mut after, mut end, mut ready, finished)| async move {
-            if finished {
-                return None;
+    let state = Reader {
+        guard: ReaderGuard(log),
+        after,
+        end,
+        ready: None,
+        finished: false,
+        waiting_since: None,
+    };
+    futures_util::stream::unfold(state, |mut r| async move {
+        if r.finished {
+            return None;
+        }
+        let log = r.guard.0.clone();
+        loop {
+            if let Some(b) = r.ready.take() {
+                return Some((Ok(b), r));
             }
-            let log = guard.0.clone();
-            loop {
-                if let Some(b) = ready.take() {
-                    return Some((Ok(b), (guard, after, end, None, false)));
-                }
-                let notified = log.changed();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                let mut fresh = Vec::new();
-                let before = after;
-                match log.read_after(&mut after, &mut fresh) {
-                    Read::Some => {
-                        let skipped = (after - before).saturating_sub(fresh.len() as u64);
-                        if skipped > 0 {
-                            tracing::debug!(stream = %log.id, skipped, "a client fell behind the stream's window; it continues with the events still recorded");
-                        }
-                        // What is ready goes out as one chunk: fewer writes, same bytes.
-                        let mut chunk = BytesMut::with_capacity(fresh.iter().map(Bytes::len).sum());
-                        for e in &fresh {
-                            chunk.put_slice(e);
-                        }
-                        ready = Some(chunk.freeze());
-                        continue;
+            let notified = log.changed();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let written = log.written_changed();
+            tokio::pin!(written);
+            if let Some(w) = written.as_mut().as_pin_mut() {
+                w.enable();
+            }
+            let mut fresh = Vec::new();
+            let before = r.after;
+            match log.read_after(&mut r.after, &mut fresh) {
+                Read::Some => {
+                    r.waiting_since = None;
+                    let skipped = (r.after - before).saturating_sub(fresh.len() as u64);
+                    if skipped > 0 {
+                        tracing::debug!(stream = %log.id, skipped, "a client fell behind the stream's window; it continues with the events still recorded");
                     }
-                    Read::Done => return None,
-                    Read::Nothing => {}
-                }
-                if *end.shutdown.borrow() {
-                    // Polling hand-off: tell the client when to come back, then close.
-                    return Some((
-                        Ok(Bytes::from_static(b"retry: 500\n\n")),
-                        (guard, after, end, None, true),
-                    ));
-                }
-                tokio::select! {
-                    _ = &mut notified => {}
-                    _ = tokio::time::sleep(end.keep_alive_every) => {
-                        if let Some(f) = &end.on_keep_alive {
-                            f();
-                        }
-                        let ka = end.keep_alive.clone();
-                        return Some((Ok(ka), (guard, after, end, None, false)));
+                    // What is ready goes out as one chunk: fewer writes, same bytes.
+                    let mut chunk = BytesMut::with_capacity(fresh.iter().map(Bytes::len).sum());
+                    for e in &fresh {
+                        chunk.put_slice(e);
                     }
-                    _ = end.shutdown.changed() => {}
+                    r.ready = Some(chunk.freeze());
+                    continue;
+                }
+                Read::Done => return None,
+                Read::Nothing => r.waiting_since = None,
+                Read::Unwritten => {
+                    let since = *r
+                        .waiting_since
+                        .get_or_insert_with(tokio::time::Instant::now);
+                    let patience = log.patience().unwrap_or_default();
+                    if since.elapsed() >= patience {
+                        tracing::warn!(stream = %log.id, waited_ms = patience.as_millis() as u64, "SSE events were not stored in Redis in time: the stream ends with a retry hint, and the client gets them when it resumes once Redis has them");
+                        r.finished = true;
+                        return Some((Ok(Bytes::from_static(REDIS_RETRY)), r));
+                    }
+                }
+                Read::Unwritable => {
+                    tracing::error!(stream = %log.id, "SSE events of this stream cannot be stored in Redis in order: the stream ends (its client is not given events a resumption elsewhere would lack)");
+                    r.finished = true;
+                    return Some((Ok(Bytes::from_static(REDIS_RETRY)), r));
                 }
             }
-        },
-    )
+            if *r.end.shutdown.borrow() {
+                // Polling hand-off: tell the client when to come back, then close.
+                r.finished = true;
+                return Some((Ok(Bytes::from_static(b"retry: 500\n\n")), r));
+            }
+            let give_up = r
+                .waiting_since
+                .map(|since| since + log.patience().unwrap_or_default());
+            tokio::select! {
+                _ = &mut notified => {}
+                // Both `None` (a branch disabled) without a durable mirror or a wait.
+                Some(()) = async {
+                    written.as_mut().as_pin_mut()?.await;
+                    Some(())
+                } => {}
+                Some(()) = async {
+                    tokio::time::sleep_until(give_up?).await;
+                    Some(())
+                } => {}
+                _ = tokio::time::sleep(r.end.keep_alive_every) => {
+                    if let Some(f) = &r.end.on_keep_alive {
+                        f();
+                    }
+                    let ka = r.end.keep_alive.clone();
+                    return Some((Ok(ka), r));
+                }
+                _ = r.end.shutdown.changed() => {}
+            }
+        }
+    })
+}
+
+/// The end of a body whose events Redis did not store in time: the client comes back (here
+/// or on another replica) a second later and resumes with `Last-Event-ID`.
+const REDIS_RETRY: &[u8] = b"retry: 1000\n\n";
+
+/// A tailing body's state between its chunks.
+struct Reader {
+    guard: ReaderGuard,
+    /// The last event handed to the client.
+    after: u64,
+    end: TailEnd,
+    /// The next chunk, already read.
+    ready: Option<Bytes>,
+    /// The last chunk was sent: the body ends.
+    finished: bool,
+    /// Since when events recorded after `after` wait for Redis (durable mirror).
+    waiting_since: Option<tokio::time::Instant>,
 }
 
 /// One connected reader of a log, for as long as its body lives.

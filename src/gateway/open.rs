@@ -39,7 +39,13 @@ async fn open_store(config: &Config) -> Result<(SessionBackend, Bus), String> {
                 .await
                 .map_err(|e| format!("cannot read the replicas' signing secret: {e}"))?;
             let mirror_len = crate::events::LogLimits::default().max_events;
-            let bus = Bus::redis(redis.clone(), config.sessions.ttl, secret, mirror_len);
+            let bus = Bus::redis(
+                redis.clone(),
+                config.sessions.ttl,
+                secret,
+                mirror_len,
+                r.events,
+            );
             Ok((SessionBackend::Redis(RedisSessionStore::new(redis)), bus))
         }
     }

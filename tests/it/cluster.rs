@@ -27,6 +27,7 @@ pub(crate) fn clustered(redis: &RedisServer, prefix: &str, tenants: Vec<TenantCo
         target: switchyard::config::RedisTarget::Single(Secret::new(redis.url())),
         prefix: prefix.into(),
         timeout: Duration::from_millis(500),
+        events: switchyard::config::EventDurability::Durable,
     });
     c
 }

@@ -2,7 +2,9 @@
 //! many streams written at once arrive complete and in order with one `EXPIRE` per stream
 //! (not per write) and a TTL of at least the session's; a key that vanished mid-stream comes
 //! back with its TTL; a write whose answer was lost is neither lost nor doubled; the TTL is
-//! refreshed on a long-lived stream.
+//! refreshed on a long-lived stream. Durable streams (`events: durable`): the watermark
+//! follows what Redis has, waits while Redis does not answer, and nothing is given up on or
+//! left out.
 
 #![allow(clippy::unwrap_used)] // a failing Redis operation is the test failure itself
 
@@ -10,7 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use switchyard::cluster::{MirrorQueue, Mirrored, Redis, RedisEvents};
+use switchyard::cluster::{MirrorQueue, Mirrored, Redis, RedisEvents, Written};
+use switchyard::config::EventDurability;
 use switchyard::session::{SessionId, SessionKey};
 
 use crate::session_store::redis_config;
@@ -25,11 +28,29 @@ fn session() -> SessionKey {
 }
 
 async fn events(server: &RedisServer, prefix: &str, ttl: Duration) -> (Redis, Arc<RedisEvents>) {
+    events_with(server, prefix, ttl, EventDurability::Fast).await
+}
+
+async fn events_with(
+    server: &RedisServer,
+    prefix: &str,
+    ttl: Duration,
+    durability: EventDurability,
+) -> (Redis, Arc<RedisEvents>) {
     let redis = Redis::connect(&redis_config(server, prefix).await)
         .await
         .unwrap();
-    let events = Arc::new(RedisEvents::new(redis.clone(), ttl, 10_000));
+    let events = Arc::new(RedisEvents::new(redis.clone(), ttl, 10_000, durability));
     (redis, events)
+}
+
+/// Waits (at most 10 s) until `queue`'s watermark reaches `seq`.
+async fn written_up_to(queue: &MirrorQueue, seq: u64) {
+    let reached = crate::support::eventually(Duration::from_secs(10), || {
+        queue.written() == Some(Written::UpTo(seq))
+    })
+    .await;
+    assert!(reached, "watermark at {:?}, not {seq}", queue.written());
 }
 
 fn event(stream: &str, seq: u64) -> Bytes {
@@ -70,23 +91,27 @@ async fn calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u
         .unwrap_or(0)
 }
 
-/// Reads the whole stream back: its events' sequence numbers, and whether it ended.
+/// Reads the whole stream back (batch by batch): its events' sequence numbers, and whether
+/// it ended.
 async fn read_all(events: &RedisEvents, session: &SessionKey, stream: &str) -> (Vec<u64>, bool) {
-    let replayed = events
-        .read_after(session, stream, 0)
-        .await
-        .unwrap()
-        .unwrap_or_else(|| panic!("stream {stream} is in Redis"));
-    let seqs = replayed
-        .events
-        .iter()
-        .map(|e| {
+    let (mut seqs, mut after) = (Vec::new(), 0);
+    for _ in 0..1_000 {
+        let replayed = events
+            .read_after(session, stream, after)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("stream {stream} is in Redis"));
+        seqs.extend(replayed.events.iter().map(|e| {
             let text = std::str::from_utf8(e).unwrap();
             let id = text.lines().next().unwrap().rsplit('.').next().unwrap();
-            id.parse().unwrap()
-        })
-        .collect();
-    (seqs, replayed.done)
+            id.parse::<u64>().unwrap()
+        }));
+        if replayed.done || replayed.last_seq == after {
+            return (seqs, replayed.done);
+        }
+        after = replayed.last_seq;
+    }
+    panic!("stream {stream}: more than 1,000 batches");
 }
 
 #[tokio::test]
@@ -250,4 +275,47 @@ async fn a_long_lived_stream_refreshes_its_ttl_at_most_every_quarter_ttl() {
     );
     let (seqs, _) = read_all(&events, &session, "r-g1").await;
     assert_eq!(seqs, (1..=7).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_durable_watermark_waits_for_redis_and_nothing_is_given_up_or_left_out() {
+    let server = RedisServer::start().await;
+    let ttl = Duration::from_secs(60);
+    let (_r1, durable) = events_with(&server, "dur", ttl, EventDurability::Durable).await;
+    let (_r2, fast) = events_with(&server, "fst", ttl, EventDurability::Fast).await;
+    let mut conn = server.conn().await;
+    let session = session();
+    let d = durable.mirror(&session, "r-p1");
+    let f = fast.mirror(&session, "r-p1");
+    assert_eq!(f.written(), None, "fast streams have no watermark");
+    send_events(&d, "r-p1", 1..=3, None, false);
+    written_up_to(&d, 3).await;
+
+    // Redis takes no writes for 2.5 s: the Redis timeout is 500 ms, so a fast stream's events
+    // would have had their three attempts long before it answers again.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(2_500)
+        .arg("WRITE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // A flood of notifications beyond the fast mode's 4,096 queued, then the response.
+    send_events(&d, "r-p1", 4..=5_003, None, true);
+    send_events(&d, "r-p1", 5_004..=5_004, Some(5_004), false);
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert_eq!(
+        d.written(),
+        Some(Written::UpTo(3)),
+        "nothing is counted written while Redis does not answer"
+    );
+    written_up_to(&d, 5_004).await;
+    assert!(durable.flush(Duration::from_secs(10)).await, "flushed");
+    let (seqs, done) = read_all(&durable, &session, "r-p1").await;
+    assert_eq!(
+        seqs,
+        (1..=5_004).collect::<Vec<_>>(),
+        "every durable event, the notifications too, once, in order"
+    );
+    assert!(done);
 }

@@ -448,6 +448,7 @@ fn clustered(redis: &RedisServer, tenants: Vec<TenantConfig>) -> Config {
         target: switchyard::config::RedisTarget::Single(Secret::new(redis.url())),
         prefix: "legacy".into(),
         timeout: Duration::from_millis(500),
+        events: switchyard::config::EventDurability::Durable,
     });
     c
 }

@@ -15,6 +15,7 @@ mod chart;
 mod cluster;
 mod conformance;
 mod cors;
+mod durable_events;
 mod event_mirror;
 mod floods;
 mod fuzz;

@@ -46,6 +46,7 @@ async fn metrics_after_real_traffic() {
         target: switchyard::config::RedisTarget::Single(Secret::new(redis.url())),
         prefix: "met".into(),
         timeout: Duration::from_millis(500),
+        events: switchyard::config::EventDurability::Durable,
     });
     switchyard::cluster::migrate(&cfg).await.expect("migrate");
     let gw = TestGateway::start(cfg).await;

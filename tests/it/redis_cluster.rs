@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use switchyard::config::{
-    Config, RedisConfig, RedisTarget, Secret, StdioSharing, StoreConfig, TenantConfig,
-    UpstreamTransport,
+    Config, EventDurability, RedisConfig, RedisTarget, Secret, StdioSharing, StoreConfig,
+    TenantConfig, UpstreamTransport,
 };
 
 use crate::cluster::{read_until, replicas};
@@ -33,6 +33,7 @@ fn on_cluster(
         target: RedisTarget::Cluster(cluster.seeds().into_iter().map(Secret::new).collect()),
         prefix: prefix.into(),
         timeout,
+        events: EventDurability::Durable,
     });
     c
 }

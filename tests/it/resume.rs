@@ -15,13 +15,13 @@ use switchyard::config::UpstreamTransport;
 
 /// One parsed SSE event.
 #[derive(Debug)]
-struct Event {
-    id: Option<String>,
-    data: String,
+pub(crate) struct Event {
+    pub id: Option<String>,
+    pub data: String,
 }
 
 /// Splits complete events off the front of `buf` (an event ends with a blank line).
-fn take_events(buf: &mut String) -> Vec<Event> {
+pub(crate) fn take_events(buf: &mut String) -> Vec<Event> {
     let mut out = Vec::new();
     while let Some(end) = buf.find("\n\n") {
         let block: String = buf.drain(..end + 2).collect();
@@ -300,6 +300,7 @@ async fn random_cuts_resumed_on_other_replicas_through_redis() {
         )),
         prefix: "resume".into(),
         timeout: Duration::from_millis(500),
+        events: switchyard::config::EventDurability::Durable,
     });
     switchyard::cluster::migrate(&cfg).await.expect("migrate");
     let a = TestGateway::start(cfg.clone()).await;

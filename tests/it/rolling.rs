@@ -29,6 +29,7 @@ async fn rolling_restart_under_streamed_load_loses_and_duplicates_nothing() {
         target: switchyard::config::RedisTarget::Single(Secret::new(redis.url())),
         prefix: "roll".into(),
         timeout: Duration::from_millis(500),
+        events: switchyard::config::EventDurability::Durable,
     });
     switchyard::cluster::migrate(&cfg).await.expect("migrate");
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();

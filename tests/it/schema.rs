@@ -148,9 +148,23 @@ fn the_schema_and_check_agree() {
             true,
         ),
         (
+            "redis store with fast events",
+            format!(
+                "sessions:\n  store: {{redis: {{url: \"redis://127.0.0.1:6379\", events: fast}}}}\n{base}"
+            ),
+            true,
+        ),
+        (
             "typo'd sentinel key",
             format!(
                 "sessions:\n  store: {{redis: {{sentinel: {{master: mymaster, node: [\"redis://10.0.0.1:26379\"]}}}}}}\n{base}"
+            ),
+            false,
+        ),
+        (
+            "unknown event durability",
+            format!(
+                "sessions:\n  store: {{redis: {{url: \"redis://127.0.0.1:6379\", events: sync}}}}\n{base}"
             ),
             false,
         ),

@@ -62,6 +62,7 @@ pub async fn redis_config(server: &RedisServer, prefix: &str) -> RedisConfig {
         target: switchyard::config::RedisTarget::Single(Secret::new(server.url())),
         prefix: prefix.into(),
         timeout: Duration::from_millis(500),
+        events: switchyard::config::EventDurability::Durable,
     }
 }
 
