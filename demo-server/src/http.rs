@@ -1,6 +1,7 @@
 //! The Streamable HTTP transport at `/mcp`: header checks, session table keyed by
 //! `Mcp-Session-Id`, JSON responses, and SSE only for tool calls that stream (progress, log
-//! messages, requests to the client, whose answers arrive as separate POSTs).
+//! messages, requests to the client, whose answers arrive as separate POSTs). The same
+//! listener serves the 2024-11-05 HTTP+SSE transport (`legacy_sse.rs`).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -45,11 +46,14 @@ pub(crate) async fn serve(
         server,
         sessions: DashMap::new(),
     });
+    let (legacy, legacy_sessions) = super::legacy_sse::router(Arc::clone(&state.server));
     let app = Router::new()
         .route("/mcp", any(handle))
-        .with_state(Arc::clone(&state));
+        .with_state(Arc::clone(&state))
+        .merge(legacy);
     let stop = async move {
         shutdown.await;
+        legacy_sessions.close_all();
         // Let in-flight sleeps end now instead of holding graceful shutdown open.
         for entry in state.sessions.iter() {
             entry.value().cancel_all();
@@ -250,7 +254,7 @@ fn delete(st: &HttpState, headers: &HeaderMap) -> Response {
 }
 
 /// DNS-rebinding guard: a browser Origin, when present, must be a loopback one.
-fn origin_allowed(headers: &HeaderMap) -> bool {
+pub(crate) fn origin_allowed(headers: &HeaderMap) -> bool {
     let Some(origin) = headers.get(ORIGIN) else {
         return true;
     };

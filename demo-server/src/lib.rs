@@ -1,6 +1,6 @@
 //! The demo upstream: a small, fast MCP server shipped next to the gateway as its own binary,
 //! `switchyard-demo-server` (README demo and test/load-test upstream), served over stdio or
-//! Streamable HTTP.
+//! Streamable HTTP (with the 2024-11-05 HTTP+SSE transport beside it: `/sse`, `/messages`).
 //!
 //! Tools: `echo`, `add`, `sleep` (progress + cancellation); with `test_tools` also `crash`,
 //! `stderr` and `pid`; with `hostile_tools` also `flood` and `ask`. One prompt (`greeting`), one resource (`demo://readme`). Both transports share the
@@ -17,6 +17,7 @@ mod fixture_mrtr;
 mod fixture_tools;
 mod http;
 mod inflight;
+mod legacy_sse;
 mod modern;
 mod peer;
 mod server;
@@ -38,6 +39,8 @@ mod conformance_stdio_tests;
 mod conformance_tests;
 #[cfg(test)]
 mod http_tests;
+#[cfg(test)]
+mod legacy_sse_tests;
 #[cfg(test)]
 mod stdio_tests;
 #[cfg(test)]
@@ -96,8 +99,8 @@ pub async fn serve_stdio(opts: DemoOptions) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Serves Streamable HTTP at path `/mcp` on `listener` until `shutdown` resolves; in-flight
-/// requests are then cancelled and connections drained.
+/// Serves Streamable HTTP at path `/mcp` (and HTTP+SSE at `/sse`) on `listener` until
+/// `shutdown` resolves; in-flight requests are then cancelled and connections drained.
 pub async fn serve_http(
     listener: tokio::net::TcpListener,
     opts: DemoOptions,

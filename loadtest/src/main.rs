@@ -3,8 +3,10 @@
 //!
 //! `sy-load sessions --url U --count N [--pid P] [--redis R --prefix X]` opens N sessions
 //! (initialize + notifications/initialized), leaves them idle, and reports the gateway's
-//! resident memory growth per session (from /proc/P/status) and, with `--redis`, the Redis
-//! memory and keys added per session (INFO memory, key count under the prefix).
+//! resident memory growth per session (from /proc/P/status), that of its child processes
+//! apart (proportional set size: per-session upstream processes are their own cost), and, with
+//! `--redis`, the Redis memory and keys added per session (INFO memory, key count under the
+//! prefix).
 //!
 //! `sy-load calls --url U --sessions N --seconds S [--rate R] [--tool T --arguments JSON]
 //! [--progress]` runs N sessions calling a tool (see `calls.rs`) and reports throughput,
@@ -347,6 +349,31 @@ fn rss_bytes(pid: u32) -> Result<u64, String> {
     Ok(kb * 1024)
 }
 
+/// The proportional set size (shared pages split among their users) of `pid`'s child
+/// processes, summed, and how many there are. A child that exits while being read is skipped.
+fn children_pss_bytes(pid: u32) -> (u64, usize) {
+    let mut children = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for task in tasks.flatten() {
+            if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
+                children.extend(
+                    list.split_whitespace()
+                        .filter_map(|c| c.parse::<u32>().ok()),
+                );
+            }
+        }
+    }
+    let pss = children
+        .iter()
+        .filter_map(|c| std::fs::read_to_string(format!("/proc/{c}/smaps_rollup")).ok())
+        .filter_map(|rollup| {
+            let line = rollup.lines().find(|l| l.starts_with("Pss:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .sum::<u64>();
+    (pss * 1024, children.len())
+}
+
 struct RedisProbe {
     conn: redis::aio::MultiplexedConnection,
     pattern: String,
@@ -480,6 +507,7 @@ async fn sessions(
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_before = pid.map(rss_bytes).transpose()?;
+    let children_before = pid.map(children_pss_bytes);
     let mut probe = match redis {
         Some(r) => Some(RedisProbe::connect(r, prefix).await?),
         None => None,
@@ -526,6 +554,12 @@ async fn sessions(
         report["gateway_rss_before_bytes"] = json!(before);
         report["gateway_rss_after_bytes"] = json!(after);
         report["gateway_bytes_per_session"] =
+            json!(after.saturating_sub(before) as f64 / count as f64);
+    }
+    if let (Some(pid), Some((before, n_before))) = (pid, children_before) {
+        let (after, n_after) = children_pss_bytes(pid);
+        report["child_processes_added"] = json!(n_after.saturating_sub(n_before));
+        report["child_pss_bytes_per_session"] =
             json!(after.saturating_sub(before) as f64 / count as f64);
     }
     if let (Some(p), Some((mem_before, (keys_before, usage_before)))) =

@@ -67,8 +67,10 @@ pub struct LiveSession {
     pub protocol_version: ProtocolVersion,
     /// The transport the session was opened on (its id is valid there only).
     pub transport: ClientTransport,
-    pub client_capabilities: Value,
-    pub client_info: Value,
+    /// Shared with the session's connections and with other sessions presenting equal
+    /// values (`interned.rs`).
+    pub client_capabilities: Arc<Value>,
+    pub client_info: Arc<Value>,
     /// Hash of `client_capabilities`: sessions with equal capabilities share cached lists.
     pub capabilities_fingerprint: u64,
     initialized: AtomicBool,
@@ -139,12 +141,12 @@ impl LiveSession {
         client_info: Value,
         bus: Arc<Bus>,
     ) -> LiveSession {
-        let capabilities_fingerprint = {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::hash::DefaultHasher::new();
-            // serde_json maps are ordered, so equal capabilities give equal text.
-            client_capabilities.to_string().hash(&mut h);
-            h.finish()
+        let capabilities_fingerprint = super::interned::fingerprint(&client_capabilities);
+        let client_capabilities =
+            super::interned::shared(client_capabilities, capabilities_fingerprint);
+        let client_info = {
+            let fingerprint = super::interned::fingerprint(&client_info);
+            super::interned::shared(client_info, fingerprint)
         };
         let events_key = key.clone();
         LiveSession {
@@ -289,8 +291,8 @@ impl LiveSession {
         }
         SessionRecord {
             protocol_version: self.protocol_version.as_str().to_owned(),
-            client_capabilities: self.client_capabilities.clone(),
-            client_info: self.client_info.clone(),
+            client_capabilities: Value::clone(&self.client_capabilities),
+            client_info: Value::clone(&self.client_info),
             initialized: self.is_initialized(),
             upstream_sessions,
             subscriptions: self

@@ -6,6 +6,7 @@
 mod backend;
 mod directory;
 mod in_flight;
+mod interned;
 mod legacy;
 mod live;
 pub mod memory;

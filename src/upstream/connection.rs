@@ -8,7 +8,6 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 
-use dashmap::DashMap;
 use serde_json::value::RawValue;
 
 use super::UpstreamInfo;
@@ -16,6 +15,7 @@ use super::handshake::{InitParams, UpstreamServer};
 use super::link::Link;
 use super::owner::{ClientSession, Owner};
 use super::pending::Pending;
+use super::table::Table;
 use crate::jsonrpc::Outcome;
 use crate::protocol::{ProtocolVersion, modern};
 
@@ -39,13 +39,13 @@ impl From<Outcome<'_>> for InternalReply {
 pub struct Connection {
     pub(crate) info: Arc<UpstreamInfo>,
     pub(super) next_id: AtomicU64,
-    pub(super) pending: DashMap<u64, Pending>,
+    pub(super) pending: Table<u64, Pending>,
     /// First attempt → current attempt of requests the gateway retried (`retry.rs`), so a
     /// cancellation naming the first reaches the one in flight.
-    pub(super) aliases: DashMap<u64, u64>,
+    pub(super) aliases: Table<u64, u64>,
     /// Forwarded requests waiting for their client's answers (parked for a stateless
     /// client's retry): on stdio, a message without relation is not theirs.
-    pub(super) waiting: DashMap<u64, ()>,
+    pub(super) waiting: Table<u64, ()>,
     /// On a shared connection: which sessions subscribed to which upstream resource URI.
     pub(super) subscriptions:
         std::sync::Mutex<std::collections::HashMap<String, Vec<Weak<dyn ClientSession>>>>,
@@ -74,9 +74,9 @@ impl Connection {
         Connection {
             info,
             next_id: AtomicU64::new(1),
-            pending: DashMap::with_shard_amount(4),
-            waiting: DashMap::with_shard_amount(2),
-            aliases: DashMap::with_shard_amount(2),
+            pending: Table::default(),
+            waiting: Table::default(),
+            aliases: Table::default(),
             subscriptions: Default::default(),
             server: RwLock::new(None),
             stateless: AtomicBool::new(false),
@@ -121,8 +121,9 @@ impl Connection {
     pub(crate) fn set_server(&self, server: UpstreamServer) {
         self.stateless
             .store(server.protocol_version.is_stateless(), Ordering::Release);
+        let server = self.info.shared_server(server);
         if let Ok(mut s) = self.server.write() {
-            *s = Some(Arc::new(server));
+            *s = Some(server);
         }
     }
 

@@ -14,12 +14,13 @@ use crate::error::GatewayError;
 use crate::protocol::{ProtocolVersion, modern};
 
 /// What the gateway sends in `initialize`. For per-session connections these are the client's
-/// own values, so the upstream offers what the real client can handle.
+/// own values, so the upstream offers what the real client can handle: shared with the
+/// session (and with sessions presenting equal ones), not copied per connection.
 #[derive(Debug, Clone)]
 pub struct InitParams {
     pub protocol_version: ProtocolVersion,
-    pub capabilities: Value,
-    pub client_info: Value,
+    pub capabilities: Arc<Value>,
+    pub client_info: Arc<Value>,
 }
 
 impl InitParams {
@@ -27,17 +28,18 @@ impl InitParams {
     pub fn gateway_default() -> InitParams {
         InitParams {
             protocol_version: ProtocolVersion::LATEST_HANDSHAKE,
-            capabilities: serde_json::json!({}),
-            client_info: serde_json::json!({
+            capabilities: Arc::new(serde_json::json!({})),
+            client_info: Arc::new(serde_json::json!({
                 "name": "switchyard",
                 "version": env!("CARGO_PKG_VERSION"),
-            }),
+            })),
         }
     }
 }
 
-/// What an upstream told the gateway about itself.
-#[derive(Debug, Clone)]
+/// What an upstream told the gateway about itself (shared by the connections to one upstream
+/// while it says the same: `UpstreamInfo::shared_server`).
+#[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamServer {
     pub protocol_version: ProtocolVersion,
     pub capabilities: Value,
@@ -194,8 +196,8 @@ async fn discover(
     let stateless = ProtocolVersion::V2026_07_28;
     let body = serde_json::json!({ "_meta": {
         modern::meta::PROTOCOL_VERSION: stateless.as_str(),
-        modern::meta::CLIENT_CAPABILITIES: params.capabilities,
-        modern::meta::CLIENT_INFO: params.client_info,
+        modern::meta::CLIENT_CAPABILITIES: &*params.capabilities,
+        modern::meta::CLIENT_INFO: &*params.client_info,
     }});
     let raw = RawValue::from_string(body.to_string()).map_err(|_| GatewayError::Internal)?;
     conn.set_link_version(Some(stateless));
@@ -272,8 +274,8 @@ async fn initialize_or_refusal(
     let upstream = conn.upstream_name();
     let body = serde_json::json!({
         "protocolVersion": params.protocol_version.as_str(),
-        "capabilities": params.capabilities,
-        "clientInfo": params.client_info,
+        "capabilities": &*params.capabilities,
+        "clientInfo": &*params.client_info,
     });
     let raw = RawValue::from_string(body.to_string()).map_err(|_| GatewayError::Internal)?;
     let reply = conn

@@ -94,7 +94,7 @@ pub struct HttpLink {
     max_message: usize,
     /// The exchanges of a stateless (2026-07-28) link, by request id: on that revision,
     /// closing a request's response stream is how it is cancelled.
-    exchanges: dashmap::DashMap<u64, tokio::sync::oneshot::Sender<()>>,
+    exchanges: super::table::Table<u64, tokio::sync::oneshot::Sender<()>>,
 }
 
 impl HttpLink {
@@ -118,7 +118,7 @@ impl HttpLink {
             exchange_timeout: max_request_timeout + EXCHANGE_SLACK,
             init_timeout,
             max_message,
-            exchanges: dashmap::DashMap::with_shard_amount(4),
+            exchanges: super::table::Table::default(),
         }
     }
 
@@ -199,7 +199,12 @@ impl HttpLink {
             && let Ok(mut s) = self.session_id.lock()
             && s.as_ref() != Some(v)
         {
-            let mut v = v.clone();
+            // A copy, not a clone: a response's header values are slices of the connection's
+            // read buffer, and a clone kept for the session's life pins all of it (8 KB and
+            // more per idle session).
+            let Ok(mut v) = HeaderValue::from_bytes(v.as_bytes()) else {
+                return;
+            };
             v.set_sensitive(true);
             *s = Some(v);
         }

@@ -76,14 +76,14 @@ impl Connection {
                     return;
                 };
                 match self.pending.remove(&id) {
-                    Some((_, Pending::Forward(slot)))
+                    Some(Pending::Forward(slot))
                         if slot.retry.is_some()
                             && let Outcome::Result(result) = r.outcome
                             && super::retry::is_input_required(result) =>
                     {
                         super::retry::spawn(self.clone(), id, slot, result.to_owned());
                     }
-                    Some((_, Pending::Forward(slot))) => {
+                    Some(Pending::Forward(slot)) => {
                         if let Some(first) = slot.retry.as_ref().and_then(|r| r.first) {
                             self.aliases.remove(&first);
                         }
@@ -105,7 +105,7 @@ impl Connection {
                         let out = jsonrpc::response_with_id(&slot.client_id, outcome);
                         let _ = slot.sink.send(StreamEvent::Response(Bytes::from(out)));
                     }
-                    Some((_, Pending::Internal(tx))) => {
+                    Some(Pending::Internal(tx)) => {
                         let _ = tx.send(Ok(InternalReply::from(r.outcome)));
                     }
                     None => {
@@ -134,12 +134,15 @@ impl Connection {
             return related;
         }
         let mut found = None;
-        for e in self.pending.iter() {
-            if matches!(e.value(), Pending::Forward(_)) && !self.waiting.contains_key(e.key()) {
+        for id in self
+            .pending
+            .keys_where(|p| matches!(p, Pending::Forward(_)))
+        {
+            if !self.waiting.contains_key(&id) {
                 if found.is_some() {
                     return None;
                 }
-                found = Some(*e.key());
+                found = Some(id);
             }
         }
         found
@@ -264,18 +267,17 @@ impl Connection {
             tracing::debug!(upstream = %self.info.name, "progress for a token the gateway never issued");
             return;
         };
-        let Some(entry) = self.pending.get(&id) else {
-            return;
-        };
-        let Pending::Forward(slot) = entry.value() else {
-            return;
-        };
-        let Some(token) = &slot.client_token else {
-            return;
-        };
-        obj.set("progressToken", token.clone());
-        let out = jsonrpc::notification("notifications/progress", Some(&obj.to_raw()));
-        let _ = slot.sink.send(StreamEvent::Progress(Bytes::from(out)));
+        self.pending.with(&id, |pending| {
+            let Pending::Forward(slot) = pending else {
+                return;
+            };
+            let Some(token) = &slot.client_token else {
+                return;
+            };
+            obj.set("progressToken", token.clone());
+            let out = jsonrpc::notification("notifications/progress", Some(&obj.to_raw()));
+            let _ = slot.sink.send(StreamEvent::Progress(Bytes::from(out)));
+        });
     }
 
     fn on_upstream_cancelled(self: &Arc<Self>, n: &Notification<'_>, related: Option<u64>) {
@@ -299,10 +301,12 @@ impl Connection {
     /// The session a message belongs to: the related request's session, else the owner.
     fn session_for(&self, related: Option<u64>) -> Option<Arc<dyn ClientSession>> {
         if let Some(id) = related
-            && let Some(entry) = self.pending.get(&id)
-            && let Pending::Forward(slot) = entry.value()
+            && let Some(Some(session)) = self.pending.with(&id, |pending| match pending {
+                Pending::Forward(slot) => Some(slot.session.upgrade()),
+                Pending::Internal(_) => None,
+            })
         {
-            return slot.session.upgrade();
+            return session;
         }
         self.owner_session()
     }

@@ -24,6 +24,7 @@ pub mod sse;
 mod stdio;
 mod stream;
 mod subscribe;
+mod table;
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -73,6 +74,26 @@ pub struct UpstreamInfo {
     pub era: handshake::Era,
     /// The last handshake and the last failure of its connections (the status page).
     pub health: Health,
+    /// What the upstream last said in `initialize`, shared by every connection it said the
+    /// same to (a per-session connection would otherwise hold a copy: ~2 KB each).
+    last_server: std::sync::Mutex<Option<Arc<UpstreamServer>>>,
+}
+
+impl UpstreamInfo {
+    /// `server`, or the equal one another connection to this upstream already holds.
+    pub(crate) fn shared_server(&self, server: UpstreamServer) -> Arc<UpstreamServer> {
+        let Ok(mut last) = self.last_server.lock() else {
+            return Arc::new(server);
+        };
+        match &*last {
+            Some(known) if **known == server => known.clone(),
+            _ => {
+                let server = Arc::new(server);
+                *last = Some(server.clone());
+                server
+            }
+        }
+    }
 }
 
 /// The identity of one built `Upstream`: unique in the process, never reused.
@@ -160,6 +181,7 @@ impl Upstream {
             catalog: Catalog::default(),
             era: handshake::Era::pinned(config.era),
             health: Health::default(),
+            last_server: std::sync::Mutex::default(),
         });
         let kind = match &config.transport {
             UpstreamTransport::Stdio(s) if s.sharing == StdioSharing::Shared => {

@@ -247,7 +247,7 @@ impl Connection {
 
     /// Stops waiting for `id` and tells the upstream with `notifications/cancelled`.
     pub fn cancel(self: &Arc<Self>, id: u64, reason: &str) {
-        let id = self.aliases.remove(&id).map_or(id, |(_, current)| current);
+        let id = self.aliases.remove(&id).unwrap_or(id);
         self.waiting.remove(&id);
         if self.pending.remove(&id).is_none() {
             return;
@@ -271,14 +271,14 @@ impl Connection {
 
     /// Fails one pending request (its link broke).
     pub(crate) fn fail(&self, id: u64, err: GatewayError) {
-        if let Some((_, pending)) = self.pending.remove(&id) {
+        if let Some(pending) = self.pending.remove(&id) {
             deliver_failure(pending, err);
         }
     }
 
     /// Fails every pending request: the process exited or the connection was closed.
     pub(crate) fn fail_all(&self, err: &GatewayError) {
-        let ids: Vec<u64> = self.pending.iter().map(|e| *e.key()).collect();
+        let ids = self.pending.keys_where(|_| true);
         for id in ids {
             self.fail(id, err.clone());
         }
@@ -294,13 +294,12 @@ impl Connection {
         let Some(id) = related else {
             return false;
         };
-        let Some(entry) = self.pending.get(&id) else {
-            return false;
-        };
-        let Pending::Forward(slot) = entry.value() else {
-            return false;
-        };
-        slot.sink.send(event).is_ok()
+        self.pending
+            .with(&id, |pending| match pending {
+                Pending::Forward(slot) => slot.sink.send(event).is_ok(),
+                Pending::Internal(_) => false,
+            })
+            .unwrap_or(false)
     }
 }
 

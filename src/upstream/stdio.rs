@@ -438,9 +438,11 @@ struct BoundedLines<R> {
 }
 
 impl<R: AsyncRead + Unpin> BoundedLines<R> {
+    /// Reads through a buffer of at most 64 KiB (fewer reads for the upstream's messages),
+    /// never larger than a line may be (stderr: every process holds one).
     fn new(inner: R, max: usize) -> Self {
         BoundedLines {
-            reader: BufReader::with_capacity(64 * 1024, inner),
+            reader: BufReader::with_capacity(max.clamp(1, 64 * 1024), inner),
             max,
         }
     }
