@@ -74,7 +74,10 @@ impl Conn {
             }
             RedisTarget::Sentinel(sentinel) => {
                 let primary = Primary::connect(sentinel, timeout).await?;
-                Ok((Conn::Sentinel(primary.clone()), Subscriber::Sentinel(primary)))
+                Ok((
+                    Conn::Sentinel(primary.clone()),
+                    Subscriber::Sentinel(primary),
+                ))
             }
         }
     }

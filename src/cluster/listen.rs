@@ -38,7 +38,13 @@ pub(super) async fn run(
             listen_single(&Source::Fixed(client), redis.timeout, &channels, &handle).await
         }
         Subscriber::Sentinel(primary) => {
-            listen_single(&Source::Sentinel(primary), redis.timeout, &channels, &handle).await
+            listen_single(
+                &Source::Sentinel(primary),
+                redis.timeout,
+                &channels,
+                &handle,
+            )
+            .await
         }
         Subscriber::Cluster(seeds) => {
             listen_sharded(seeds, redis.timeout, &channels, &handle).await;
