@@ -17,7 +17,10 @@ trap cleanup EXIT
 command -v redis-server >/dev/null || { echo "redis-server missing: bash scripts/install-test-deps.sh installs it" >&2; exit 1; }
 # SY_PROFILE=debug measures a debug build instead (quicker to build, slower to run).
 PROFILE="${SY_PROFILE:-release}"
-if [[ "$PROFILE" == release ]]; then
+# SY_NO_BUILD=1 measures the binaries already in target/ as they are.
+if [[ -n "${SY_NO_BUILD:-}" ]]; then
+    :
+elif [[ "$PROFILE" == release ]]; then
     cargo build --release --locked -p switchyard -p switchyard-demo-server -p switchyard-loadtest >&2
 else
     cargo build --locked -p switchyard -p switchyard-demo-server -p switchyard-loadtest >&2
