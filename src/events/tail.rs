@@ -99,7 +99,11 @@ pub fn tail(
                     return Some((Ok(Bytes::from_static(REDIS_RETRY)), r));
                 }
             }
-            if *r.end.shutdown.borrow() {
+            let shutting_down = *r.end.shutdown.borrow();
+            // Events recorded but not yet in Redis are handed out first: the drain writes them
+            // within moments, and a client closed on before its first event id could not
+            // resume at all (the wait stays bounded by the mirror's patience).
+            if shutting_down && r.waiting_since.is_none() {
                 // Polling hand-off: tell the client when to come back, then close.
                 r.finished = true;
                 return Some((Ok(Bytes::from_static(b"retry: 500\n\n")), r));
@@ -125,7 +129,7 @@ pub fn tail(
                     let ka = r.end.keep_alive.clone();
                     return Some((Ok(ka), r));
                 }
-                _ = r.end.shutdown.changed() => {}
+                _ = r.end.shutdown.changed(), if !shutting_down => {}
             }
         }
     })
