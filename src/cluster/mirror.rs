@@ -205,13 +205,18 @@ async fn write(shared: &Shared, todo: &mut Vec<Entry>) -> Option<Duration> {
         return round_trip(shared, todo).await;
     }
     let mut groups: Vec<Vec<Entry>> = Vec::new();
+    // A tag is copied once per session, not once per event.
     let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for e in todo.drain(..) {
-        let tag = hash_tag(&e.queued.stream.key).to_owned();
-        let i = *index.entry(tag).or_insert_with(|| {
-            groups.push(Vec::new());
-            groups.len() - 1
-        });
+        let tag = hash_tag(&e.queued.stream.key);
+        let i = match index.get(tag) {
+            Some(&i) => i,
+            None => {
+                index.insert(tag.to_owned(), groups.len());
+                groups.push(Vec::new());
+                groups.len() - 1
+            }
+        };
         groups[i].push(e);
     }
     let pauses =
