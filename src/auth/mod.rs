@@ -55,8 +55,8 @@ impl Principal {
     }
 
     /// This principal, with its per-user limits charged to `budget`.
-    pub fn charged_to(mut self, budget: String) -> Principal {
-        self.budget = budget.into();
+    pub fn charged_to(mut self, budget: Arc<str>) -> Principal {
+        self.budget = budget;
         self
     }
 

@@ -7,7 +7,9 @@
 //! is not an address (`unknown`, an obfuscated identifier) stops the walk at the proxy that
 //! added it: that proxy's address counts, never a name the client chose.
 
-use std::net::IpAddr;
+use std::cell::RefCell;
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::Arc;
 
 use axum::http::HeaderMap;
 
@@ -95,22 +97,59 @@ fn node_address(node: &str) -> Option<IpAddr> {
 
 /// The budget key of an address: IPv6 clients by their /64 (one subscriber's network, which
 /// hands its hosts any number of addresses), IPv4 by address; hashed, so neither logs nor the
-/// store keep addresses.
-pub fn budget_key(client: IpAddr) -> String {
-    let text = match client.to_canonical() {
-        IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) => {
-            let prefix = u128::from(v6) & !((1u128 << 64) - 1);
-            format!("{}/64", std::net::Ipv6Addr::from(prefix))
+/// store keep addresses. Asked on every request of a tenant without `auth`: the keys of the
+/// last [`KEY_CACHE`] networks seen on this thread are kept, so a client's requests hash once.
+pub fn budget_key(client: IpAddr) -> Arc<str> {
+    let network = match client.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        v4 => v4,
+    };
+    RECENT_KEYS.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if let Some((_, key)) = cache.entries.iter().find(|(n, _)| *n == network) {
+            return key.clone();
         }
+        let key = hashed_key(network);
+        let slot = cache.next;
+        cache.next = (slot + 1) % KEY_CACHE;
+        match cache.entries.get_mut(slot) {
+            Some(entry) => *entry = (network, key.clone()),
+            None => cache.entries.push((network, key.clone())),
+        }
+        key
+    })
+}
+
+/// Networks whose budget keys each thread keeps (replaced oldest first).
+const KEY_CACHE: usize = 64;
+
+#[derive(Default)]
+struct RecentKeys {
+    entries: Vec<(IpAddr, Arc<str>)>,
+    /// The entry replaced next once all are taken.
+    next: usize,
+}
+
+thread_local! {
+    static RECENT_KEYS: RefCell<RecentKeys> = RefCell::new(RecentKeys::default());
+}
+
+/// `c-` and the first 128 bits of SHA-256 of the network's text (`192.0.2.1`,
+/// `2001:db8:1:2::/64`), in hex.
+fn hashed_key(network: IpAddr) -> Arc<str> {
+    let text = match network {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => format!("{v6}/64"),
     };
     let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(34);
     out.push_str("c-");
     for b in &digest.as_ref()[..16] {
-        out.push_str(&format!("{b:02x}"));
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xf)]));
     }
-    out
+    out.into()
 }
 
 #[cfg(test)]
@@ -209,5 +248,30 @@ mod tests {
         );
         assert_ne!(budget_key(ip("192.0.2.1")), budget_key(ip("192.0.2.2")));
         assert!(!a.contains("2001") && a.starts_with("c-") && a.len() == 34);
+    }
+
+    #[test]
+    fn budget_keys_stay_what_earlier_versions_stored() {
+        // Keys name limits' counters in Redis: replicas of different versions must agree.
+        // SHA-256 of the network's text, first 16 bytes in hex (computed outside Rust).
+        assert_eq!(
+            &*budget_key(ip("192.0.2.1")),
+            "c-37fcff24bf62035b2b08020afc08b4fe"
+        );
+        assert_eq!(
+            &*budget_key(ip("2001:db8:1:2:3:4:5:6")),
+            "c-7437dddbc0275bcfe536fa291fb82060"
+        );
+    }
+
+    #[test]
+    fn the_key_cache_answers_like_the_hash_past_its_size() {
+        // More networks than the cache holds, twice over: every answer is the network's own.
+        for round in 0..2 {
+            for i in 0..(KEY_CACHE as u32 * 2) {
+                let addr = IpAddr::V4(std::net::Ipv4Addr::from(0xc000_0200 + i));
+                assert_eq!(budget_key(addr), hashed_key(addr), "round {round}, {addr}");
+            }
+        }
     }
 }
