@@ -11,12 +11,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use super::StreamEvent;
 use super::connection::{Connection, InternalReply};
 use super::link::Link;
 use super::owner::{ClientSession, Owner};
 use super::pending::{Pending, our_id};
 use super::server_requests::{ServerRequestRoute, refused};
+use super::{StreamEvent, Verdict};
 use crate::error::{GatewayError, ServerRequestRefusal};
 use crate::jsonrpc::{self, Message, Notification, Outcome, RawObject, Request};
 use crate::protocol::rewrite;
@@ -102,8 +102,11 @@ impl Connection {
                             // next list, or the client's retry, fetches them again.
                             self.info.catalog.invalidate(ListKind::Tools);
                         }
+                        let verdict = Verdict::of(&outcome);
                         let out = jsonrpc::response_with_id(&slot.client_id, outcome);
-                        let _ = slot.sink.send(StreamEvent::Response(Bytes::from(out)));
+                        let _ = slot
+                            .sink
+                            .send(StreamEvent::Response(Bytes::from(out), verdict));
                     }
                     Some(Pending::Internal(tx)) => {
                         let _ = tx.send(Ok(InternalReply::from(r.outcome)));

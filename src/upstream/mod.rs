@@ -6,6 +6,7 @@
 mod catalog;
 mod connection;
 mod credentials;
+mod h1;
 mod handshake;
 mod health;
 mod http;
@@ -40,7 +41,7 @@ pub use owner::{Broadcast, ClientSession, Owner};
 pub use retry::Answer;
 pub use server_requests::{ProgressMapping, ServerRequestRoute, ServerRequests, answer, refuse};
 pub use stdio::LinkState;
-pub use stream::{FinalEdit, ForwardStream, MessageEdit, StreamItem};
+pub use stream::{FinalEdit, ForwardStream, MessageEdit, StreamItem, Verdict};
 
 use crate::config::{Limits, StdioSharing, UpstreamConfig, UpstreamTransport};
 use crate::error::GatewayError;
@@ -123,8 +124,8 @@ pub enum StreamEvent {
     Request(Bytes),
     /// A progress notification (restarts the idle timeout).
     Progress(Bytes),
-    /// The response.
-    Response(Bytes),
+    /// The response, and what it says.
+    Response(Bytes, Verdict),
     /// The link failed before the response.
     Failed(GatewayError),
 }

@@ -63,7 +63,7 @@ impl EventSink {
     pub(crate) fn send(&self, event: StreamEvent) -> Result<(), Closed> {
         let notification = match &event {
             StreamEvent::Message(b) | StreamEvent::Progress(b) => Some(b.len()),
-            StreamEvent::Request(_) | StreamEvent::Response(_) | StreamEvent::Failed(_) => None,
+            StreamEvent::Request(_) | StreamEvent::Response(..) | StreamEvent::Failed(_) => None,
         };
         let Some(size) = notification else {
             // The latest progress goes first: it came before.
@@ -159,6 +159,7 @@ impl EventSource {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::upstream::Verdict;
 
     #[tokio::test]
     async fn notifications_beyond_the_bound_are_dropped_but_the_answer_always_passes() {
@@ -171,8 +172,11 @@ mod tests {
             .unwrap();
         sink.send(StreamEvent::Request(Bytes::from_static(b"{\"id\":1}")))
             .unwrap();
-        sink.send(StreamEvent::Response(Bytes::from_static(b"{\"id\":2}")))
-            .unwrap();
+        sink.send(StreamEvent::Response(
+            Bytes::from_static(b"{\"id\":2}"),
+            Verdict::Ok,
+        ))
+        .unwrap();
         let mut notifications = 0;
         let mut rest = Vec::new();
         while let Ok(Some(ev)) =
@@ -189,7 +193,7 @@ mod tests {
             "the queue's, then the latest kept aside"
         );
         assert!(matches!(rest[0], StreamEvent::Request(_)));
-        assert!(matches!(rest[1], StreamEvent::Response(_)));
+        assert!(matches!(rest[1], StreamEvent::Response(..)));
         // Drained: notifications are taken again.
         sink.send(StreamEvent::Message(Bytes::from_static(b"{}")))
             .unwrap();
@@ -238,6 +242,9 @@ mod tests {
         let (sink, source) = channel();
         drop(source);
         assert!(sink.send(StreamEvent::Progress(Bytes::new())).is_err());
-        assert!(sink.send(StreamEvent::Response(Bytes::new())).is_err());
+        assert!(
+            sink.send(StreamEvent::Response(Bytes::new(), Verdict::Ok))
+                .is_err()
+        );
     }
 }

@@ -211,11 +211,9 @@ impl Inner {
                 StreamItem::Message(b, MessageKind::Notification)
             }
             Some(Some(StreamEvent::Request(b))) => StreamItem::Message(b, MessageKind::Request),
-            Some(Some(StreamEvent::Response(b))) => {
+            Some(Some(StreamEvent::Response(b, verdict))) => {
                 self.outcome = "ok";
-                if self.audit_tool.is_some() {
-                    self.answer = answer_of(&b);
-                }
+                self.answer = Answer::Answered(verdict);
                 StreamItem::Final(b)
             }
             Some(Some(StreamEvent::Failed(e))) => {
@@ -276,42 +274,50 @@ impl Inner {
 enum Answer {
     /// No response read (not audited, or not answered).
     Unread,
-    Ok,
-    /// A result with `isError: true`.
-    ToolError,
-    /// A JSON-RPC error.
-    Error,
+    Answered(Verdict),
 }
 
 impl Answer {
     fn outcome(self) -> Option<&'static str> {
         match self {
             Answer::Unread => None,
-            Answer::Ok => Some("ok"),
-            Answer::ToolError => Some("tool_error"),
-            Answer::Error => Some("error"),
+            Answer::Answered(Verdict::Ok) => Some("ok"),
+            Answer::Answered(Verdict::ToolError) => Some("tool_error"),
+            Answer::Answered(Verdict::Error) => Some("error"),
         }
     }
 }
 
-/// What a tool call's response says.
-fn answer_of(response: &[u8]) -> Answer {
-    match crate::jsonrpc::parse(response) {
-        Ok(crate::jsonrpc::Message::Response(r)) => match r.outcome {
-            Outcome::Error(_) => Answer::Error,
-            Outcome::Result(result) => {
+/// What a response says, read where it is parsed (`Connection::on_message`) and carried with
+/// it, so the audit needs no second parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Ok,
+    /// A result with `isError: true` (a tool's own failure).
+    ToolError,
+    /// A JSON-RPC error.
+    Error,
+}
+
+impl Verdict {
+    /// The verdict on a response's outcome. A result is looked into only when its text may
+    /// hold `isError` at all.
+    pub fn of(outcome: &Outcome<'_>) -> Verdict {
+        match outcome {
+            Outcome::Error(_) => Verdict::Error,
+            Outcome::Result(result) if crate::jsonrpc::may_hold(result.get(), "isError") => {
                 let failed = RawObject::parse(result)
                     .ok()
                     .and_then(|o| o.get("isError").map(|v| v.get() == "true"))
                     .unwrap_or(false);
                 if failed {
-                    Answer::ToolError
+                    Verdict::ToolError
                 } else {
-                    Answer::Ok
+                    Verdict::Ok
                 }
             }
-        },
-        _ => Answer::Ok,
+            Outcome::Result(_) => Verdict::Ok,
+        }
     }
 }
 
