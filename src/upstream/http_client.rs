@@ -4,8 +4,9 @@
 //! when the environment names one for the origin (`HTTPS_PROXY`/`HTTP_PROXY`/`ALL_PROXY`, minus
 //! `NO_PROXY`): a `CONNECT` tunnel for https, absolute-form requests for http.
 //!
-//! A request costs a pool checkout (one short per-upstream lock), one hyper dispatch and the
-//! response; nothing is parsed or formatted per request that was known at start.
+//! A request costs a pool checkout (one short per-upstream lock) and the exchange itself, done
+//! by the caller's task on the connection (`h1.rs`): no task, channel or wake-up per request;
+//! nothing is parsed or formatted per request that was known at start.
 
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -15,14 +16,12 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use http::header::{HOST, HeaderMap, HeaderValue, PROXY_AUTHORIZATION};
-use http::{Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
+use http::{Method, StatusCode, Uri};
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use super::h1::{BodyState, Conn};
 
 /// Idle connections kept per upstream; more are closed when their response is read.
 const MAX_IDLE: usize = 128;
@@ -77,7 +76,7 @@ pub struct OriginClient {
 }
 
 struct Idle {
-    sender: http1::SendRequest<Full<Bytes>>,
+    conn: Conn,
     since: Instant,
 }
 
@@ -220,74 +219,72 @@ impl OriginClient {
         if let Some(v) = &self.proxy_authorization {
             headers.insert(PROXY_AUTHORIZATION, v.clone());
         }
-        let mut request = Request::new(Full::new(body));
-        *request.method_mut() = method;
-        *request.uri_mut() = target.clone();
-        *request.headers_mut() = headers;
         loop {
-            let (mut sender, reused) = match self.checkout() {
-                Some(s) => (s, true),
+            let (mut conn, reused) = match self.checkout() {
+                Some(c) => (c, true),
                 // Boxed: connecting (TCP, proxy, TLS) is a large state that the usual
                 // request, on a pooled connection, never needs.
                 None => (Box::pin(self.connect()).await?, false),
             };
-            if reused && sender.ready().await.is_err() {
-                continue;
-            }
-            match sender.try_send_request(request).await {
-                Ok(resp) => {
-                    let (head, body) = resp.into_parts();
-                    return Ok(Response {
-                        status: head.status,
-                        headers: head.headers,
-                        body,
-                        lease: Some(Lease {
-                            client: self.clone(),
-                            sender,
-                        }),
-                    });
+            if let Err(e) = conn.send(&method, target, &headers, &body).await {
+                // A pooled connection the server closed as the request went out: the request
+                // did not get through, so it goes out on another one.
+                if reused {
+                    continue;
                 }
-                Err(mut e) => match e.take_message() {
-                    Some(r) if reused => request = r,
-                    _ => return Err(ClientError::Send(describe(e.error()))),
-                },
+                return Err(ClientError::Send(e.to_string()));
             }
+            let head = conn
+                .read_head(&method)
+                .await
+                .map_err(|e| ClientError::Send(e.to_string()))?;
+            let mut response = Response {
+                status: head.status,
+                headers: head.headers,
+                declared: head.body.declared_length(),
+                state: head.body,
+                reusable: head.reusable,
+                conn: Some(conn),
+                client: self.clone(),
+            };
+            if response.state == BodyState::Done || response.state == BodyState::Length(0) {
+                // No body to read: the connection is free now (a `202` to a notification).
+                response.release();
+            }
+            return Ok(response);
         }
     }
 
     /// An idle connection, if one is fit for reuse; stale and closed ones are dropped.
-    fn checkout(&self) -> Option<http1::SendRequest<Full<Bytes>>> {
+    fn checkout(&self) -> Option<Conn> {
         let mut idle = self.idle.lock().ok()?;
-        while let Some(i) = idle.pop() {
-            if !i.sender.is_closed() && i.since.elapsed() < IDLE_FOR {
-                return Some(i.sender);
+        while let Some(mut i) = idle.pop() {
+            if i.since.elapsed() < IDLE_FOR && !i.conn.is_stale() {
+                return Some(i.conn);
             }
         }
         None
     }
 
-    fn give_back(&self, sender: http1::SendRequest<Full<Bytes>>) {
-        if sender.is_closed() {
-            return;
-        }
+    fn give_back(&self, conn: Conn) {
         if let Ok(mut idle) = self.idle.lock()
             && idle.len() < MAX_IDLE
         {
             idle.push(Idle {
-                sender,
+                conn,
                 since: Instant::now(),
             });
         }
     }
 
-    async fn connect(&self) -> Result<http1::SendRequest<Full<Bytes>>, ClientError> {
+    async fn connect(&self) -> Result<Conn, ClientError> {
         match tokio::time::timeout(self.connect_timeout, self.open()).await {
             Ok(r) => r,
             Err(_) => Err(ClientError::ConnectTimeout),
         }
     }
 
-    async fn open(&self) -> Result<http1::SendRequest<Full<Bytes>>, ClientError> {
+    async fn open(&self) -> Result<Conn, ClientError> {
         let connect_error = |e: std::io::Error| ClientError::Connect(e.to_string());
         let mut tcp = TcpStream::connect((self.route.host.as_str(), self.route.port))
             .await
@@ -297,32 +294,16 @@ impl OriginClient {
             tunnel(&mut tcp, t).await?;
         }
         match &self.tls {
-            None => handshake(tcp).await,
+            None => Ok(Conn::new(Box::new(tcp))),
             Some((connector, name)) => {
                 let stream = connector
                     .connect(name.clone(), tcp)
                     .await
                     .map_err(|e| ClientError::Connect(format!("TLS: {e}")))?;
-                handshake(stream).await
+                Ok(Conn::new(Box::new(stream)))
             }
         }
     }
-}
-
-/// Starts HTTP/1.1 on a connected stream; the connection runs in its own task.
-async fn handshake<S>(io: S) -> Result<http1::SendRequest<Full<Bytes>>, ClientError>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let (sender, conn) = http1::handshake(TokioIo::new(io))
-        .await
-        .map_err(|e| ClientError::Connect(describe(&e)))?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %describe(&e), "upstream connection ended");
-        }
-    });
-    Ok(sender)
 }
 
 /// Asks the proxy on `tcp` for a tunnel to the origin; `Ok` once it answered 2xx.
@@ -372,17 +353,17 @@ async fn tunnel(tcp: &mut TcpStream, t: &Tunnel) -> Result<(), ClientError> {
 }
 
 /// An upstream's answer: status and headers at once, the body read with [`Response::chunk`].
-/// The connection goes back to the pool when the body has been read to its end.
+/// The connection goes back to the pool when the body has been read to its end; dropped
+/// before that, it is closed.
 pub struct Response {
     status: StatusCode,
     headers: HeaderMap,
-    body: Incoming,
-    lease: Option<Lease>,
-}
-
-struct Lease {
+    declared: Option<u64>,
+    state: BodyState,
+    reusable: bool,
+    /// The connection, while the body is being read.
+    conn: Option<Conn>,
     client: Arc<OriginClient>,
-    sender: http1::SendRequest<Full<Bytes>>,
 }
 
 impl Response {
@@ -396,7 +377,7 @@ impl Response {
 
     /// The body's length, when the upstream declared it.
     pub fn content_length(&self) -> Option<u64> {
-        hyper::body::Body::size_hint(&self.body).exact()
+        self.declared
     }
 
     /// Reads the rest of the body, discarding it, so the connection goes back to the pool
@@ -407,35 +388,33 @@ impl Response {
 
     /// The next piece of the body; `None` at its end (the connection is then reusable).
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, ClientError> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(None);
+        };
         loop {
-            match self.body.frame().await {
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data()
-                        && !data.is_empty()
-                    {
-                        return Ok(Some(data));
-                    }
-                }
-                Some(Err(e)) => {
-                    self.lease = None;
-                    return Err(ClientError::Body(describe(&e)));
-                }
-                None => {
-                    if let Some(l) = self.lease.take() {
-                        l.client.give_back(l.sender);
-                    }
+            match conn.next_chunk(&mut self.state).await {
+                Ok(Some(data)) if data.is_empty() => {}
+                Ok(Some(data)) => return Ok(Some(data)),
+                Ok(None) => {
+                    self.release();
                     return Ok(None);
+                }
+                Err(e) => {
+                    self.conn = None;
+                    return Err(ClientError::Body(e.to_string()));
                 }
             }
         }
     }
-}
 
-/// A hyper error with its cause, without internals.
-fn describe(e: &hyper::Error) -> String {
-    match std::error::Error::source(e) {
-        Some(src) => format!("{e}: {src}"),
-        None => e.to_string(),
+    /// The body is read: the connection goes back to the pool if it can carry another request.
+    fn release(&mut self) {
+        if let Some(conn) = self.conn.take()
+            && self.reusable
+            && !conn.has_leftover()
+        {
+            self.client.give_back(conn);
+        }
     }
 }
 

@@ -178,6 +178,15 @@ impl SlowUpstream {
     }
 }
 
+/// Calls to the slow upstream of `tenant` this process has ended, however they ended.
+fn ended_calls(tenant: &str) -> u64 {
+    let calls = &switchyard::metrics::get().upstream_calls;
+    ["ok", "failed", "timeout", "cancelled"]
+        .iter()
+        .map(|o| calls.with_label_values(&[tenant, "slow", o]).get())
+        .sum()
+}
+
 fn cap(max_in_flight: u32, queue: u32, queue_timeout: Duration) -> ConcurrencyLimit {
     ConcurrencyLimit {
         upstream: "slow".into(),
@@ -416,6 +425,7 @@ async fn abandoned_and_cancelled_calls_give_their_slots_back() {
     let gw = TestGateway::start(config(vec![t])).await;
     let clients = sessions(&[gw.url("cc-leak")], 4).await;
     let before = refusals("cc-leak", "concurrency[0]");
+    let calls_before = ended_calls("cc-leak");
 
     // Clients that leave mid-call (their HTTP request times out at 500 ms; the upstream
     // takes 2 s): the slot is held until the upstream answers, then given back.
@@ -456,6 +466,17 @@ async fn abandoned_and_cancelled_calls_give_their_slots_back() {
     );
     let s = slow.idle().await;
     assert_eq!(s.served, 4, "{s:?}");
+    // The upstream counts a call done before its answer is on the wire: wait (bounded) until
+    // the gateway has read the four answers and ended the calls.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while ended_calls("cc-leak") < calls_before + 4 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        ended_calls("cc-leak"),
+        calls_before + 4,
+        "the gateway ended the four calls"
+    );
     // They ended: four calls at once pass again, without any queue.
     let b = burst(&clients, 4, 200).await;
     assert_eq!((b.answered, b.refused), (4, 0), "{b:?}");

@@ -1,0 +1,441 @@
+//! HTTP/1.1 on one upstream connection (RFC 9112), driven by whoever sends the request: the
+//! request head written with the body in one write, the response head parsed from the
+//! connection's buffer, and the body read through its framing (`Content-Length`, chunked, or
+//! to the end of the connection). Nothing runs between requests — an idle connection is
+//! only checked for the server having closed it when it is taken again — so a request costs
+//! no task, channel or wake-up of its own.
+//!
+//! Bounded against a hostile upstream: the response head (size and header count), chunk-size
+//! lines, trailers and the number of interim (1xx) responses; anything malformed is an error
+//! and the connection is not reused.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{
+    CONNECTION, CONTENT_LENGTH, HeaderMap, HeaderName, HeaderValue, TRANSFER_ENCODING,
+};
+use http::{Method, StatusCode, Uri};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+
+/// The largest response head read (status line and headers).
+const MAX_HEAD: usize = 64 * 1024;
+/// The most header fields in a response head.
+const MAX_HEADERS: usize = 128;
+/// The largest chunk-size line (size and extensions).
+const MAX_CHUNK_LINE: usize = 4 * 1024;
+/// The largest trailer section.
+const MAX_TRAILERS: usize = 64 * 1024;
+/// Interim (1xx) responses skipped before the final one.
+const MAX_INTERIM: usize = 8;
+/// Bodies up to this size go out in the same write as the head (copied); larger ones after it.
+const INLINE_BODY: usize = 16 * 1024;
+/// What a read asks the buffer to have room for.
+const READ_CHUNK: usize = 8 * 1024;
+
+/// A byte stream an upstream connection runs on (TCP, or TLS over it).
+pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
+
+/// Why an exchange failed. The text names no URL and no credentials.
+#[derive(Debug, thiserror::Error)]
+pub enum H1Error {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("the connection closed before the response")]
+    ClosedBeforeResponse,
+    #[error("the connection closed in the middle of the body")]
+    ClosedInBody,
+    #[error("malformed response: {0}")]
+    Malformed(&'static str),
+}
+
+/// One connection and what has been read from it but not consumed.
+pub struct Conn {
+    io: Box<dyn Stream>,
+    buf: BytesMut,
+}
+
+/// A response's status and headers, and how its body is framed.
+pub struct Head {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: BodyState,
+    /// The connection may carry another request once the body is read.
+    pub reusable: bool,
+}
+
+/// Where the reading of a body stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyState {
+    /// This many bytes are left (`Content-Length`).
+    Length(u64),
+    /// Chunked: the next thing is a chunk-size line.
+    ChunkSize,
+    /// Chunked: this many bytes of the current chunk are left.
+    ChunkData(u64),
+    /// Chunked: the CRLF after a chunk's data.
+    ChunkEnd,
+    /// Chunked: after the last chunk, the trailer section (bytes read of it so far).
+    Trailers(usize),
+    /// Until the server closes the connection.
+    UntilClose,
+    /// Read to its end.
+    Done,
+}
+
+impl BodyState {
+    /// The body's length, when the head declared it.
+    pub fn declared_length(self) -> Option<u64> {
+        match self {
+            BodyState::Length(n) => Some(n),
+            BodyState::Done => Some(0),
+            _ => None,
+        }
+    }
+}
+
+impl Conn {
+    pub fn new(io: Box<dyn Stream>) -> Conn {
+        Conn {
+            io,
+            buf: BytesMut::new(),
+        }
+    }
+
+    /// Whether an idle connection can no longer carry a request: the server closed it, sent
+    /// something unasked, or it failed. Checked without waiting.
+    pub fn is_stale(&mut self) -> bool {
+        if !self.buf.is_empty() {
+            return true;
+        }
+        let mut byte = [0u8; 1];
+        let mut probe = ReadBuf::new(&mut byte);
+        let mut cx = Context::from_waker(Waker::noop());
+        match Pin::new(&mut self.io).poll_read(&mut cx, &mut probe) {
+            Poll::Pending => false,
+            // End of stream, an unasked byte, or an error.
+            Poll::Ready(_) => true,
+        }
+    }
+
+    /// Writes a request: `headers` as given (`Host` among them), `Content-Length` added unless
+    /// the body is empty on a method that has none.
+    pub async fn send(
+        &mut self,
+        method: &Method,
+        target: &Uri,
+        headers: &HeaderMap,
+        body: &Bytes,
+    ) -> io::Result<()> {
+        let mut head = Vec::with_capacity(256 + body.len().min(INLINE_BODY));
+        head.extend_from_slice(method.as_str().as_bytes());
+        head.push(b' ');
+        match target.path_and_query() {
+            // Origin form.
+            Some(pq) if target.scheme().is_none() => head.extend_from_slice(pq.as_str().as_bytes()),
+            // Absolute form (through a proxy).
+            _ => head.extend_from_slice(target.to_string().as_bytes()),
+        }
+        head.extend_from_slice(b" HTTP/1.1\r\n");
+        for (name, value) in headers {
+            head.extend_from_slice(name.as_str().as_bytes());
+            head.extend_from_slice(b": ");
+            head.extend_from_slice(value.as_bytes());
+            head.extend_from_slice(b"\r\n");
+        }
+        let bodiless = matches!(*method, Method::GET | Method::HEAD | Method::DELETE);
+        if !headers.contains_key(CONTENT_LENGTH) && !(bodiless && body.is_empty()) {
+            head.extend_from_slice(b"content-length: ");
+            head.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+            head.extend_from_slice(b"\r\n");
+        }
+        head.extend_from_slice(b"\r\n");
+        if body.len() <= INLINE_BODY {
+            head.extend_from_slice(body);
+            self.io.write_all(&head).await?;
+        } else {
+            self.io.write_all(&head).await?;
+            self.io.write_all(body).await?;
+        }
+        self.io.flush().await
+    }
+
+    /// Reads the final response's head (interim 1xx responses are skipped). `method` is the
+    /// request's (a `HEAD` answer has no body).
+    pub async fn read_head(&mut self, method: &Method) -> Result<Head, H1Error> {
+        for _ in 0..=MAX_INTERIM {
+            let (status, headers, version, used) = loop {
+                if let Some(parsed) = parse_head(&self.buf)? {
+                    break parsed;
+                }
+                if self.buf.len() >= MAX_HEAD {
+                    return Err(H1Error::Malformed("response head too large"));
+                }
+                if self.fill().await? == 0 {
+                    return Err(H1Error::ClosedBeforeResponse);
+                }
+            };
+            self.buf.advance(used);
+            if status.is_informational() {
+                if status == StatusCode::SWITCHING_PROTOCOLS {
+                    return Err(H1Error::Malformed("unrequested protocol switch"));
+                }
+                continue;
+            }
+            return framing(method, status, headers, version);
+        }
+        Err(H1Error::Malformed("too many interim responses"))
+    }
+
+    /// The next piece of the body; `None` at its end.
+    pub async fn next_chunk(&mut self, state: &mut BodyState) -> Result<Option<Bytes>, H1Error> {
+        loop {
+            match *state {
+                BodyState::Done => return Ok(None),
+                BodyState::Length(0) => {
+                    *state = BodyState::Done;
+                    return Ok(None);
+                }
+                BodyState::Length(left) => {
+                    if self.buf.is_empty() && self.fill().await? == 0 {
+                        return Err(H1Error::ClosedInBody);
+                    }
+                    let take = self.take(left);
+                    *state = BodyState::Length(left - take.len() as u64);
+                    return Ok(Some(take));
+                }
+                BodyState::UntilClose => {
+                    if self.buf.is_empty() && self.fill().await? == 0 {
+                        *state = BodyState::Done;
+                        return Ok(None);
+                    }
+                    return Ok(Some(self.buf.split().freeze()));
+                }
+                BodyState::ChunkSize => match self.line(MAX_CHUNK_LINE)? {
+                    Some(line) => {
+                        let size = chunk_size(&line)?;
+                        *state = if size == 0 {
+                            BodyState::Trailers(0)
+                        } else {
+                            BodyState::ChunkData(size)
+                        };
+                    }
+                    None => self.fill_or(H1Error::ClosedInBody).await?,
+                },
+                BodyState::ChunkData(left) => {
+                    if self.buf.is_empty() && self.fill().await? == 0 {
+                        return Err(H1Error::ClosedInBody);
+                    }
+                    let take = self.take(left);
+                    let left = left - take.len() as u64;
+                    *state = if left == 0 {
+                        BodyState::ChunkEnd
+                    } else {
+                        BodyState::ChunkData(left)
+                    };
+                    return Ok(Some(take));
+                }
+                BodyState::ChunkEnd => match self.line(2)? {
+                    Some(line) if line.is_empty() => *state = BodyState::ChunkSize,
+                    Some(_) => return Err(H1Error::Malformed("chunk data longer than its size")),
+                    None => self.fill_or(H1Error::ClosedInBody).await?,
+                },
+                BodyState::Trailers(read) => {
+                    match self.line(MAX_TRAILERS.saturating_sub(read).max(2))? {
+                        Some(line) if line.is_empty() => *state = BodyState::Done,
+                        Some(line) => {
+                            let read = read + line.len() + 2;
+                            if read > MAX_TRAILERS {
+                                return Err(H1Error::Malformed("trailers too large"));
+                            }
+                            *state = BodyState::Trailers(read);
+                        }
+                        None => self.fill_or(H1Error::ClosedInBody).await?,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether anything beyond the response was read (the connection is then not reused).
+    pub fn has_leftover(&self) -> bool {
+        !self.buf.is_empty()
+    }
+
+    /// Reads more into the buffer; 0 at the end of the stream.
+    async fn fill(&mut self) -> io::Result<usize> {
+        self.buf.reserve(READ_CHUNK);
+        self.io.read_buf(&mut self.buf).await
+    }
+
+    async fn fill_or(&mut self, closed: H1Error) -> Result<(), H1Error> {
+        match self.fill().await? {
+            0 => Err(closed),
+            _ => Ok(()),
+        }
+    }
+
+    /// Up to `left` buffered bytes.
+    fn take(&mut self, left: u64) -> Bytes {
+        let n = usize::try_from(left)
+            .unwrap_or(usize::MAX)
+            .min(self.buf.len());
+        self.buf.split_to(n).freeze()
+    }
+
+    /// The next line (without its CRLF or LF) if a whole one is buffered; an error when more
+    /// than `max` bytes come without one.
+    fn line(&mut self, max: usize) -> Result<Option<BytesMut>, H1Error> {
+        match self.buf.iter().position(|&b| b == b'\n') {
+            Some(end) => {
+                let mut line = self.buf.split_to(end + 1);
+                line.truncate(end);
+                if line.last() == Some(&b'\r') {
+                    line.truncate(end - 1);
+                }
+                Ok(Some(line))
+            }
+            None if self.buf.len() > max => Err(H1Error::Malformed("line too long")),
+            None => Ok(None),
+        }
+    }
+}
+
+/// A complete head at the start of `buf`: status, headers, minor version, bytes used.
+fn parse_head(buf: &[u8]) -> Result<Option<(StatusCode, HeaderMap, u8, usize)>, H1Error> {
+    if buf.is_empty() {
+        return Ok(None);
+    }
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut fields);
+    let used = match response.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(H1Error::Malformed("too many header fields"));
+        }
+        Err(_) => return Err(H1Error::Malformed("invalid response head")),
+    };
+    let status = response
+        .code
+        .and_then(|c| StatusCode::from_u16(c).ok())
+        .ok_or(H1Error::Malformed("invalid status"))?;
+    let mut headers = HeaderMap::with_capacity(response.headers.len());
+    for field in response.headers.iter() {
+        let name = HeaderName::from_bytes(field.name.as_bytes())
+            .map_err(|_| H1Error::Malformed("invalid header name"))?;
+        let value = HeaderValue::from_bytes(field.value)
+            .map_err(|_| H1Error::Malformed("invalid header value"))?;
+        headers.append(name, value);
+    }
+    Ok(Some((status, headers, response.version.unwrap_or(1), used)))
+}
+
+/// How the body of a final response is framed (RFC 9112 §6.3), and whether the connection
+/// can be reused after it.
+fn framing(
+    method: &Method,
+    status: StatusCode,
+    headers: HeaderMap,
+    version: u8,
+) -> Result<Head, H1Error> {
+    let mut reusable = version == 1 && !has_token(&headers, &CONNECTION, "close");
+    let body = if *method == Method::HEAD
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        BodyState::Done
+    } else if headers.contains_key(TRANSFER_ENCODING) {
+        // A length next to a transfer coding is a smuggling attempt or a mistake: the
+        // coding wins, and the connection is not trusted again.
+        if headers.contains_key(CONTENT_LENGTH) {
+            reusable = false;
+        }
+        if last_coding_is_chunked(&headers) {
+            BodyState::ChunkSize
+        } else {
+            reusable = false;
+            BodyState::UntilClose
+        }
+    } else if headers.contains_key(CONTENT_LENGTH) {
+        BodyState::Length(content_length(&headers)?)
+    } else {
+        reusable = false;
+        BodyState::UntilClose
+    };
+    Ok(Head {
+        status,
+        headers,
+        body,
+        reusable,
+    })
+}
+
+/// The one length every `Content-Length` field states (`1, 1` included); an error otherwise.
+fn content_length(headers: &HeaderMap) -> Result<u64, H1Error> {
+    let mut found = None;
+    for value in headers.get_all(CONTENT_LENGTH) {
+        for part in value.as_bytes().split(|&b| b == b',') {
+            let digits = part.trim_ascii();
+            if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+                return Err(H1Error::Malformed("invalid Content-Length"));
+            }
+            let n = std::str::from_utf8(digits)
+                .ok()
+                .and_then(|d| d.parse::<u64>().ok())
+                .ok_or(H1Error::Malformed("invalid Content-Length"))?;
+            if found.is_some_and(|f| f != n) {
+                return Err(H1Error::Malformed("conflicting Content-Length"));
+            }
+            found = Some(n);
+        }
+    }
+    found.ok_or(H1Error::Malformed("invalid Content-Length"))
+}
+
+fn last_coding_is_chunked(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(TRANSFER_ENCODING)
+        .iter()
+        .next_back()
+        .and_then(|v| v.as_bytes().rsplit(|&b| b == b',').next())
+        .is_some_and(|c| c.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+}
+
+fn has_token(headers: &HeaderMap, name: &HeaderName, token: &str) -> bool {
+    headers.get_all(name).iter().any(|v| {
+        v.as_bytes()
+            .split(|&b| b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+    })
+}
+
+/// The size on a chunk-size line (hex, extensions after `;` ignored).
+fn chunk_size(line: &[u8]) -> Result<u64, H1Error> {
+    let digits = line
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or_default()
+        .trim_ascii();
+    if digits.is_empty() || digits.len() > 16 {
+        return Err(H1Error::Malformed("invalid chunk size"));
+    }
+    let mut size = 0u64;
+    for &d in digits {
+        let v = match d {
+            b'0'..=b'9' => d - b'0',
+            b'a'..=b'f' => d - b'a' + 10,
+            b'A'..=b'F' => d - b'A' + 10,
+            _ => return Err(H1Error::Malformed("invalid chunk size")),
+        };
+        size = (size << 4) | u64::from(v);
+    }
+    Ok(size)
+}
+
+#[cfg(test)]
+#[path = "h1_tests.rs"]
+mod tests;

@@ -1,0 +1,278 @@
+//! `h1.rs` over real sockets: a listener on 127.0.0.1 answers each request with scripted bytes
+//! (in pieces, to cross every read boundary), and what the client reads is checked.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::*;
+
+/// A server that reads one request head and answers `pieces` (written apart, with a pause
+/// between), then closes when `close` says so (else holds the connection a while). Returns the
+/// client's connection and the request head the server read.
+async fn exchange_with(
+    pieces: Vec<&'static [u8]>,
+    close: bool,
+) -> (Conn, tokio::task::JoinHandle<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            assert_eq!(s.read(&mut byte).await.unwrap(), 1);
+            head.push(byte[0]);
+        }
+        // The body (`{}`): a close with unread bytes would be a reset, not an end.
+        let mut body = [0u8; 2];
+        s.read_exact(&mut body).await.unwrap();
+        for p in pieces {
+            s.write_all(p).await.unwrap();
+            s.flush().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if !close {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        String::from_utf8(head).unwrap()
+    });
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    (Conn::new(Box::new(tcp)), server)
+}
+
+async fn post(conn: &mut Conn) -> Result<Head, H1Error> {
+    let mut headers = HeaderMap::new();
+    headers.insert(http::header::HOST, HeaderValue::from_static("up:8080"));
+    conn.send(
+        &Method::POST,
+        &Uri::from_static("/mcp?x=1"),
+        &headers,
+        &Bytes::from_static(b"{}"),
+    )
+    .await
+    .unwrap();
+    conn.read_head(&Method::POST).await
+}
+
+async fn body(conn: &mut Conn, state: &mut BodyState) -> Result<Vec<u8>, H1Error> {
+    let mut out = Vec::new();
+    while let Some(b) = conn.next_chunk(state).await? {
+        out.extend_from_slice(&b);
+    }
+    Ok(out)
+}
+
+#[tokio::test]
+async fn a_request_goes_out_in_origin_form_with_its_length() {
+    let (mut conn, server) = exchange_with(
+        vec![b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"],
+        false,
+    )
+    .await;
+    let mut head = post(&mut conn).await.unwrap();
+    assert_eq!(body(&mut conn, &mut head.body).await.unwrap(), b"ok");
+    let sent = server.await.unwrap();
+    assert_eq!(
+        sent,
+        "POST /mcp?x=1 HTTP/1.1\r\nhost: up:8080\r\ncontent-length: 2\r\n\r\n"
+    );
+    assert!(head.reusable && !conn.has_leftover());
+}
+
+#[tokio::test]
+async fn chunked_bodies_with_extensions_and_trailers_across_reads() {
+    let (mut conn, _server) = exchange_with(
+        vec![
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n",
+            b"Content-Type: text/event-stream\r\n\r\n5;name=v\r\nhel",
+            b"lo\r\n",
+            b"1\r\n \r\nA\r\n0123456789\r\n0\r\nx-trailer: 1\r\n",
+            b"\r\n",
+        ],
+        false,
+    )
+    .await;
+    let mut head = post(&mut conn).await.unwrap();
+    assert_eq!(head.body, BodyState::ChunkSize);
+    assert_eq!(head.body.declared_length(), None);
+    assert_eq!(
+        head.headers.get("content-type").unwrap(),
+        "text/event-stream"
+    );
+    assert_eq!(
+        body(&mut conn, &mut head.body).await.unwrap(),
+        b"hello 0123456789"
+    );
+    assert_eq!(head.body, BodyState::Done);
+    assert!(head.reusable);
+}
+
+#[tokio::test]
+async fn interim_responses_are_skipped_and_bodiless_statuses_have_no_body() {
+    let (mut conn, _server) = exchange_with(
+        vec![
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\n",
+            b"HTTP/1.1 204 No Content\r\n\r\n",
+        ],
+        false,
+    )
+    .await;
+    let head = post(&mut conn).await.unwrap();
+    assert_eq!(head.status, StatusCode::NO_CONTENT);
+    assert_eq!(head.body, BodyState::Done);
+}
+
+#[tokio::test]
+async fn a_body_without_length_runs_to_the_close_and_the_connection_is_spent() {
+    let (mut conn, _server) =
+        exchange_with(vec![b"HTTP/1.1 200 OK\r\n\r\nsome", b" more"], true).await;
+    let mut head = post(&mut conn).await.unwrap();
+    assert!(!head.reusable);
+    assert_eq!(body(&mut conn, &mut head.body).await.unwrap(), b"some more");
+}
+
+#[tokio::test]
+async fn connection_close_http_1_0_and_length_beside_chunked_are_not_reused() {
+    for answer in [
+        &b"HTTP/1.1 200 OK\r\nConnection: keep-alive, close\r\ncontent-length: 0\r\n\r\n"[..],
+        b"HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n",
+    ] {
+        let (mut conn, _server) = exchange_with(vec![answer], false).await;
+        let mut head = post(&mut conn).await.unwrap();
+        body(&mut conn, &mut head.body).await.unwrap();
+        assert!(!head.reusable, "{}", String::from_utf8_lossy(answer));
+    }
+}
+
+#[tokio::test]
+async fn malformed_answers_are_errors() {
+    let cases: [(&'static [u8], &str); 6] = [
+        (
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok",
+            "conflicting Content-Length",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
+            "invalid Content-Length",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+            "invalid chunk size",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n11111111111111111\r\n",
+            "invalid chunk size",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nabc\r\n",
+            "chunk data longer than its size",
+        ),
+        (
+            b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
+            "unrequested protocol switch",
+        ),
+    ];
+    for (answer, why) in cases {
+        let (mut conn, _server) = exchange_with(vec![answer], true).await;
+        let err = match post(&mut conn).await {
+            Err(e) => e,
+            Ok(mut head) => body(&mut conn, &mut head.body).await.unwrap_err(),
+        };
+        assert!(err.to_string().contains(why), "{err} for {why}");
+    }
+}
+
+#[tokio::test]
+async fn oversized_heads_and_chunk_lines_are_refused_not_buffered() {
+    // A head that never ends: refused once it passes the bound, not read forever.
+    let filler: &'static [u8] = Box::leak(
+        format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD + 10))
+            .into_bytes()
+            .into_boxed_slice(),
+    );
+    let (mut conn, _server) = exchange_with(vec![filler], false).await;
+    let err = post(&mut conn).await.err().unwrap();
+    assert!(err.to_string().contains("too large"), "{err}");
+    // Too many header fields.
+    let many: &'static [u8] = Box::leak(
+        format!(
+            "HTTP/1.1 200 OK\r\n{}\r\n",
+            "x: 1\r\n".repeat(MAX_HEADERS + 1)
+        )
+        .into_bytes()
+        .into_boxed_slice(),
+    );
+    let (mut conn, _server) = exchange_with(vec![many], false).await;
+    let err = post(&mut conn).await.err().unwrap();
+    assert!(err.to_string().contains("too many header fields"), "{err}");
+    // A chunk-size line that never ends.
+    let line: &'static [u8] = Box::leak(
+        format!(
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1;{}",
+            "e".repeat(MAX_CHUNK_LINE + 10)
+        )
+        .into_bytes()
+        .into_boxed_slice(),
+    );
+    let (mut conn, _server) = exchange_with(vec![line], false).await;
+    let mut head = post(&mut conn).await.unwrap();
+    let err = body(&mut conn, &mut head.body).await.unwrap_err();
+    assert!(err.to_string().contains("line too long"), "{err}");
+}
+
+#[tokio::test]
+async fn a_connection_closed_early_is_an_error_not_an_end() {
+    let (mut conn, _server) = exchange_with(vec![], true).await;
+    assert!(matches!(
+        post(&mut conn).await,
+        Err(H1Error::ClosedBeforeResponse)
+    ));
+    let (mut conn, _server) = exchange_with(
+        vec![b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc"],
+        true,
+    )
+    .await;
+    let mut head = post(&mut conn).await.unwrap();
+    assert!(matches!(
+        body(&mut conn, &mut head.body).await,
+        Err(H1Error::ClosedInBody)
+    ));
+    let (mut conn, _server) = exchange_with(
+        vec![b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nab"],
+        true,
+    )
+    .await;
+    let mut head = post(&mut conn).await.unwrap();
+    assert!(matches!(
+        body(&mut conn, &mut head.body).await,
+        Err(H1Error::ClosedInBody)
+    ));
+}
+
+#[tokio::test]
+async fn an_idle_connection_the_server_closed_is_stale() {
+    let (mut conn, server) =
+        exchange_with(vec![b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"], true).await;
+    let _ = post(&mut conn).await.unwrap();
+    assert!(!conn.has_leftover());
+    server.await.unwrap();
+    // The server's close has arrived once it returned; give the FIN a moment on loopback.
+    let mut stale = false;
+    for _ in 0..50 {
+        if conn.is_stale() {
+            stale = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(stale);
+    // A connection still open and quiet is not.
+    let (mut conn, _server) =
+        exchange_with(vec![b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"], false).await;
+    let _ = post(&mut conn).await.unwrap();
+    assert!(!conn.is_stale());
+}
