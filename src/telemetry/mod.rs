@@ -12,6 +12,7 @@
 
 mod context;
 mod settings;
+mod text;
 mod writer;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -135,9 +136,11 @@ fn log_layer(
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     // No colours (the subscriber is built without them): escape codes cost time on every
     // line and get in the way of whoever reads a log file.
-    let base = tracing_subscriber::fmt::layer().with_writer(writer);
+    let base = tracing_subscriber::fmt::layer()
+        .with_writer(writer)
+        .with_timer(text::Clock);
     match format {
-        LogFormat::Text => base.with_filter(filter).boxed(),
+        LogFormat::Text => base.fmt_fields(text::Fields).with_filter(filter).boxed(),
         LogFormat::Json => base
             .json()
             .flatten_event(true)
