@@ -63,9 +63,11 @@ declare -A ADMIN=()
 # build's), $5 = the tenant's limits (flow map, default none); sets TARGET[$1]
 gateway() {
     local label="$1" bin="${4:-$GW}" limits="" port aport; port="$(free_port)"; aport="$(free_port)"
-    # Every session of the load comes from one address: this build's per-user session cap
+    # Every session of the load comes from one address: the per-user session cap
     # (default 100) is lifted past what the rounds open; other limits come from $5.
-    if [[ "$bin" == "$GW" ]]; then
+    # (A baseline older than `sessions_per_user` refuses the key: SY_BASELINE_LIMITS=0 leaves
+    # its limits as they were.)
+    if [[ "$bin" == "$GW" || "${SY_BASELINE_LIMITS:-1}" == 1 ]]; then
         local extra="${5:-}"; extra="${extra#\{}"; extra="${extra%\}}"
         limits="    limits: {sessions_per_user: 1000000${extra:+, $extra}}"
     elif [[ -n "${5:-}" ]]; then limits="    limits: $5"; fi
