@@ -116,7 +116,11 @@ fn record_exchange(
     resp: &Response<Body>,
 ) {
     let outcome = resp.extensions().get::<ErrorLabel>().map_or("ok", |e| e.0);
-    span.record("http.response.status_code", resp.status().as_u16());
+    if telemetry::enabled() {
+        // Only for the exported span: the exchange's log lines are written before the status
+        // is known (but for a stream's pump, whose status is 200).
+        span.record("http.response.status_code", resp.status().as_u16());
+    }
     if outcome != "ok" {
         telemetry::record_error(span, outcome);
     }
