@@ -53,18 +53,19 @@ impl Visitor<'_> {
         if self.result.is_err() {
             return;
         }
-        let w = &mut self.writer;
-        let mut write = || -> fmt::Result {
-            if !self.empty {
-                w.write_char(' ')?;
-            }
-            w.write_str(name)?;
-            w.write_char('=')?;
-            value.iter().try_for_each(|part| w.write_str(part))
-        };
-        self.result = write();
+        self.result = write_field(&mut self.writer, self.empty, name, value);
         self.empty = false;
     }
+}
+
+/// ` name=value` (no space when first).
+fn write_field(w: &mut Writer<'_>, first: bool, name: &str, value: &[&str]) -> fmt::Result {
+    if !first {
+        w.write_char(' ')?;
+    }
+    w.write_str(name)?;
+    w.write_char('=')?;
+    value.iter().try_for_each(|part| w.write_str(part))
 }
 
 /// Whether the default format's `{:?}` of `name` is the name itself: the names it treats

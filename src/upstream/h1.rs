@@ -11,7 +11,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Waker};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{
@@ -114,11 +114,10 @@ impl Conn {
         let mut byte = [0u8; 1];
         let mut probe = ReadBuf::new(&mut byte);
         let mut cx = Context::from_waker(Waker::noop());
-        match Pin::new(&mut self.io).poll_read(&mut cx, &mut probe) {
-            Poll::Pending => false,
-            // End of stream, an unasked byte, or an error.
-            Poll::Ready(_) => true,
-        }
+        // Ready: the end of the stream, an unasked byte, or an error.
+        Pin::new(&mut self.io)
+            .poll_read(&mut cx, &mut probe)
+            .is_ready()
     }
 
     /// Writes a request: `headers` as given (`Host` among them), `Content-Length` added unless
@@ -147,7 +146,8 @@ impl Conn {
             head.extend_from_slice(b"\r\n");
         }
         let bodiless = matches!(*method, Method::GET | Method::HEAD | Method::DELETE);
-        if !headers.contains_key(CONTENT_LENGTH) && !(bodiless && body.is_empty()) {
+        let no_length = bodiless && body.is_empty();
+        if !headers.contains_key(CONTENT_LENGTH) && !no_length {
             head.extend_from_slice(b"content-length: ");
             head.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
             head.extend_from_slice(b"\r\n");
