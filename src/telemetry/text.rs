@@ -56,6 +56,16 @@ impl Visitor<'_> {
         self.result = write_field(&mut self.writer, self.empty, name, value);
         self.empty = false;
     }
+
+    /// A value written as it is (a number, a boolean), or by the default visitor when the
+    /// name is one it treats specially.
+    fn bare(&mut self, field: &Field, text: &str, otherwise: impl FnOnce(&mut DefaultVisitor<'_>)) {
+        if plain_name(field.name()) {
+            self.plain(field.name(), &[text]);
+        } else {
+            self.by_default(otherwise);
+        }
+    }
 }
 
 /// ` name=value` (no space when first).
@@ -91,29 +101,18 @@ impl Visit for Visitor<'_> {
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        if plain_name(field.name()) {
-            let mut digits = itoa::Buffer::new();
-            self.plain(field.name(), &[digits.format(value)]);
-        } else {
-            self.by_default(|d| d.record_u64(field, value));
-        }
+        let mut digits = itoa::Buffer::new();
+        self.bare(field, digits.format(value), |d| d.record_u64(field, value));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        if plain_name(field.name()) {
-            let mut digits = itoa::Buffer::new();
-            self.plain(field.name(), &[digits.format(value)]);
-        } else {
-            self.by_default(|d| d.record_i64(field, value));
-        }
+        let mut digits = itoa::Buffer::new();
+        self.bare(field, digits.format(value), |d| d.record_i64(field, value));
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
-        if plain_name(field.name()) {
-            self.plain(field.name(), &[if value { "true" } else { "false" }]);
-        } else {
-            self.by_default(|d| d.record_bool(field, value));
-        }
+        let text = if value { "true" } else { "false" };
+        self.bare(field, text, |d| d.record_bool(field, value));
     }
 
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {

@@ -65,6 +65,15 @@ async fn body(conn: &mut Conn, state: &mut BodyState) -> Result<Vec<u8>, H1Error
     Ok(out)
 }
 
+/// The error a POST answered with `answer` ends in (reading its head, or else its body).
+async fn error_of(answer: &'static [u8], close: bool) -> H1Error {
+    let (mut conn, _server) = exchange_with(vec![answer], close).await;
+    match post(&mut conn).await {
+        Err(e) => e,
+        Ok(mut head) => body(&mut conn, &mut head.body).await.unwrap_err(),
+    }
+}
+
 #[tokio::test]
 async fn a_request_goes_out_in_origin_form_with_its_length() {
     let (mut conn, server) = exchange_with(
@@ -177,51 +186,40 @@ async fn malformed_answers_are_errors() {
         ),
     ];
     for (answer, why) in cases {
-        let (mut conn, _server) = exchange_with(vec![answer], true).await;
-        let err = match post(&mut conn).await {
-            Err(e) => e,
-            Ok(mut head) => body(&mut conn, &mut head.body).await.unwrap_err(),
-        };
+        let err = error_of(answer, true).await;
         assert!(err.to_string().contains(why), "{err} for {why}");
     }
 }
 
 #[tokio::test]
 async fn oversized_heads_and_chunk_lines_are_refused_not_buffered() {
-    // A head that never ends: refused once it passes the bound, not read forever.
-    let filler: &'static [u8] = Box::leak(
-        format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD + 10))
-            .into_bytes()
-            .into_boxed_slice(),
-    );
-    let (mut conn, _server) = exchange_with(vec![filler], false).await;
-    let err = post(&mut conn).await.err().unwrap();
-    assert!(err.to_string().contains("too large"), "{err}");
-    // Too many header fields.
-    let many: &'static [u8] = Box::leak(
-        format!(
-            "HTTP/1.1 200 OK\r\n{}\r\n",
-            "x: 1\r\n".repeat(MAX_HEADERS + 1)
-        )
-        .into_bytes()
-        .into_boxed_slice(),
-    );
-    let (mut conn, _server) = exchange_with(vec![many], false).await;
-    let err = post(&mut conn).await.err().unwrap();
-    assert!(err.to_string().contains("too many header fields"), "{err}");
-    // A chunk-size line that never ends.
-    let line: &'static [u8] = Box::leak(
-        format!(
-            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1;{}",
-            "e".repeat(MAX_CHUNK_LINE + 10)
-        )
-        .into_bytes()
-        .into_boxed_slice(),
-    );
-    let (mut conn, _server) = exchange_with(vec![line], false).await;
-    let mut head = post(&mut conn).await.unwrap();
-    let err = body(&mut conn, &mut head.body).await.unwrap_err();
-    assert!(err.to_string().contains("line too long"), "{err}");
+    let cases = [
+        // A head that never ends: refused once it passes the bound, not read forever.
+        (
+            format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD + 10)),
+            "too large",
+        ),
+        (
+            format!(
+                "HTTP/1.1 200 OK\r\n{}\r\n",
+                "x: 1\r\n".repeat(MAX_HEADERS + 1)
+            ),
+            "too many header fields",
+        ),
+        // A chunk-size line that never ends.
+        (
+            format!(
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1;{}",
+                "e".repeat(MAX_CHUNK_LINE + 10)
+            ),
+            "line too long",
+        ),
+    ];
+    for (answer, why) in cases {
+        let answer: &'static [u8] = Box::leak(answer.into_bytes().into_boxed_slice());
+        let err = error_of(answer, false).await;
+        assert!(err.to_string().contains(why), "{err} for {why}");
+    }
 }
 
 #[tokio::test]
@@ -231,26 +229,13 @@ async fn a_connection_closed_early_is_an_error_not_an_end() {
         post(&mut conn).await,
         Err(H1Error::ClosedBeforeResponse)
     ));
-    let (mut conn, _server) = exchange_with(
-        vec![b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc"],
-        true,
-    )
-    .await;
-    let mut head = post(&mut conn).await.unwrap();
-    assert!(matches!(
-        body(&mut conn, &mut head.body).await,
-        Err(H1Error::ClosedInBody)
-    ));
-    let (mut conn, _server) = exchange_with(
-        vec![b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nab"],
-        true,
-    )
-    .await;
-    let mut head = post(&mut conn).await.unwrap();
-    assert!(matches!(
-        body(&mut conn, &mut head.body).await,
-        Err(H1Error::ClosedInBody)
-    ));
+    for cut in [
+        &b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc"[..],
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nab",
+    ] {
+        let err = error_of(cut, true).await;
+        assert!(matches!(err, H1Error::ClosedInBody), "{err}");
+    }
 }
 
 #[tokio::test]
