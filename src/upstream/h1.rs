@@ -27,7 +27,7 @@ const MAX_HEADERS: usize = 128;
 /// The largest chunk-size line (size and extensions).
 const MAX_CHUNK_LINE: usize = 4 * 1024;
 /// The largest trailer section.
-const MAX_TRAILERS: usize = 64 * 1024;
+const MAX_TRAILERS: usize = 8 * 1024;
 /// Interim (1xx) responses skipped before the final one.
 const MAX_INTERIM: usize = 8;
 /// Bodies up to this size go out in the same write as the head (copied); larger ones after it.
@@ -167,10 +167,16 @@ impl Conn {
     /// request's (a `HEAD` answer has no body).
     pub async fn read_head(&mut self, method: &Method) -> Result<Head, H1Error> {
         for _ in 0..=MAX_INTERIM {
+            // Bytes already looked at for the head's end: a head that comes a byte at a time
+            // is scanned once, and parsed only once its blank line may be there.
+            let mut scanned = 0;
             let (status, headers, version, used) = loop {
-                if let Some(parsed) = parse_head(&self.buf)? {
+                if ends_head(&self.buf, scanned)
+                    && let Some(parsed) = parse_head(&self.buf)?
+                {
                     break parsed;
                 }
+                scanned = self.buf.len();
                 if self.buf.len() >= MAX_HEAD {
                     return Err(H1Error::Malformed("response head too large"));
                 }
@@ -302,6 +308,13 @@ impl Conn {
             None => Ok(None),
         }
     }
+}
+
+/// Whether `buf`, looked at from `from` on (its first bytes were looked at before), holds
+/// the blank line that ends a head (`CRLF CRLF`, or bare `LF LF`).
+fn ends_head(buf: &[u8], from: usize) -> bool {
+    let tail = &buf[from.saturating_sub(3).min(buf.len())..];
+    tail.windows(3).any(|w| w == b"\n\r\n") || tail.windows(2).any(|w| w == b"\n\n")
 }
 
 /// A complete head at the start of `buf`: status, headers, minor version, bytes used.

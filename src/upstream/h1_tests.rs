@@ -223,6 +223,33 @@ async fn oversized_heads_and_chunk_lines_are_refused_not_buffered() {
 }
 
 #[tokio::test]
+async fn a_head_and_body_dribbled_a_byte_at_a_time_are_read_whole() {
+    let answer: &'static [u8] = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nx-a: 1\r\n\
+        transfer-encoding: chunked\r\n\r\n4\r\nwiki\r\n0\r\nx-t: 2\r\n\r\n";
+    let pieces = answer.chunks(1).collect();
+    let (mut conn, _server) = exchange_with(pieces, false).await;
+    let mut head = post(&mut conn).await.unwrap();
+    assert_eq!(head.status, StatusCode::OK);
+    assert_eq!(head.headers.get("x-a").unwrap(), "1");
+    assert_eq!(body(&mut conn, &mut head.body).await.unwrap(), b"wiki");
+    assert!(head.reusable && !conn.has_leftover());
+}
+
+#[tokio::test]
+async fn trailers_past_their_bound_are_refused() {
+    let answer: &'static [u8] = Box::leak(
+        format!(
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0\r\n{}\r\n",
+            "x-t: 1234567890\r\n".repeat(MAX_TRAILERS / 16 + 1)
+        )
+        .into_bytes()
+        .into_boxed_slice(),
+    );
+    let err = error_of(answer, false).await;
+    assert!(err.to_string().contains("trailers too large"), "{err}");
+}
+
+#[tokio::test]
 async fn a_connection_closed_early_is_an_error_not_an_end() {
     let (mut conn, _server) = exchange_with(vec![], true).await;
     assert!(matches!(
