@@ -77,11 +77,7 @@ async fn kill_mid_stream(
     let body = json!({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {
         "name": "sleep", "arguments": {"ms": 2000, "steps": 1000},
         "_meta": {"progressToken": "p"}}});
-    let mut req = c.http.post(&c.url).body(body.to_string());
-    for (k, v) in c.standard_headers() {
-        req = req.header(k, v);
-    }
-    let mut resp = req.send().await.expect("POST");
+    let mut resp = c.post_open(&body).await;
     assert_eq!(resp.status(), 200);
     let (mut buf, mut stream_id, mut position) = (String::new(), None::<String>, 0);
     let mut sent_after = BTreeSet::new();
@@ -272,11 +268,7 @@ async fn while_redis_takes_no_writes_a_durable_stream_waits_then_ends_with_a_ret
     let body = json!({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {
         "name": "sleep", "arguments": {"ms": 3000, "steps": 30},
         "_meta": {"progressToken": "p"}}});
-    let mut req = c.http.post(&c.url).body(body.to_string());
-    for (k, v) in c.standard_headers() {
-        req = req.header(k, v);
-    }
-    let mut resp = req.send().await.expect("POST");
+    let mut resp = c.post_open(&body).await;
     assert_eq!(resp.status(), 200);
     let (mut text, mut seqs, mut last_id) = (String::new(), Vec::new(), None);
     let take = |text: &mut String, seqs: &mut Vec<u64>, last_id: &mut Option<String>| {

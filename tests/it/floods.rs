@@ -44,15 +44,6 @@ fn live_session(gw: &TestGateway, c: &RawClient) -> std::sync::Arc<LiveSession> 
         .expect("live session")
 }
 
-/// Posts `body` on `c`'s session and returns the open response (an SSE stream, or JSON).
-async fn post_open(c: &RawClient, body: &Value) -> reqwest::Response {
-    let mut req = c.http.post(&c.url).body(body.to_string());
-    for (k, v) in c.standard_headers() {
-        req = req.header(k, v);
-    }
-    req.send().await.expect("POST reaches the gateway")
-}
-
 /// A GET on `c`'s session with `extra` headers.
 async fn get_open(c: &RawClient, extra: &[(&str, &str)]) -> reqwest::Response {
     let mut req = c
@@ -164,7 +155,7 @@ async fn start_flood(c: &RawClient, count: u64) -> (reqwest::Response, u64) {
     let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
         "name": "flood", "arguments": {"count": count, "kind": "both"},
         "_meta": {"progressToken": "flood"}}});
-    let resp = post_open(c, &body).await;
+    let resp = c.post_open(&body).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(
         resp.headers()["content-type"],
@@ -264,7 +255,7 @@ async fn ask(
     let id = c.next_id();
     let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
         "name": "ask", "arguments": {"method": method, "params": params, "count": count}}});
-    let mut resp = post_open(c, &body).await;
+    let mut resp = c.post_open(&body).await;
     assert_eq!(resp.status(), 200);
     let mut requests = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -501,7 +492,7 @@ async fn get_streams_per_session_are_capped() {
     let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
         "name": "sleep", "arguments": {"ms": 20000, "steps": 20},
         "_meta": {"progressToken": "s"}}});
-    let mut call = post_open(&c, &body).await;
+    let mut call = c.post_open(&body).await;
     let mut read = Read::default();
     read_stream(
         &mut call,

@@ -83,11 +83,7 @@ async fn streamed_call(c: &RawClient) -> (reqwest::Response, String) {
         "name": "trigger-long-running-operation",
         "arguments": {"duration": 2, "steps": 4},
         "_meta": {"progressToken": "p1"}}});
-    let mut req = c.http.post(&c.url).body(body.to_string());
-    for (k, v) in c.standard_headers() {
-        req = req.header(k, v);
-    }
-    let mut resp = req.send().await.expect("POST reaches A");
+    let mut resp = c.post_open(&body).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let mut seen = String::new();
     loop {

@@ -122,11 +122,7 @@ pub(crate) async fn cut_and_resume(c: &RawClient, resume_urls: &[String], seed: 
     let body = json!({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {
         "name": "sleep", "arguments": {"ms": 3000, "steps": 1000},
         "_meta": {"progressToken": "p"}}});
-    let mut req = c.http.post(&c.url).body(body.to_string());
-    for (k, v) in c.standard_headers() {
-        req = req.header(k, v);
-    }
-    let resp = req.send().await.expect("POST");
+    let resp = c.post_open(&body).await;
     assert_eq!(resp.status(), 200);
     let mut seen = Seen::default();
     read_some(resp, &mut seen, request_id, &mut rng).await;

@@ -283,11 +283,7 @@ async fn cancelling_towards_a_stateless_http_upstream_closes_its_stream() {
     let call = json!({"jsonrpc": "2.0", "id": 50, "method": "tools/call", "params": {
         "name": "sleep", "arguments": {"ms": 20000, "steps": 200},
         "_meta": {"progressToken": "slow"}}});
-    let mut req = c.http.post(&c.url).body(call.to_string());
-    for (k, v) in c.standard_headers() {
-        req = req.header(k, v);
-    }
-    let mut resp = req.send().await.expect("POST reaches the gateway");
+    let mut resp = c.post_open(&call).await;
     let progress = crate::cluster::read_until(
         &mut resp,
         "notifications/progress",

@@ -64,11 +64,7 @@ async fn echo(c: &RawClient, message: &str) -> (Version, String) {
     let id = c.next_id();
     let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
         "params": {"name": "echo", "arguments": {"message": message}}});
-    let mut req = c.http.post(&c.url).body(body.to_string());
-    for (k, v) in c.standard_headers() {
-        req = req.header(k, v);
-    }
-    let resp = req.send().await.expect("tools/call reaches the gateway");
+    let resp = c.post_open(&body).await;
     let version = resp.version();
     let reply = into_reply(resp).await;
     assert_eq!(reply.status, 200, "{reply:?}");

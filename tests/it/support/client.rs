@@ -101,11 +101,17 @@ impl RawClient {
 
     /// POST a JSON value with the standard headers.
     pub async fn post(&self, body: &Value) -> Reply {
+        into_reply(self.post_open(body).await).await
+    }
+
+    /// POST a JSON value with the standard headers; the response is left open (an SSE
+    /// stream, or JSON) for the caller to read.
+    pub async fn post_open(&self, body: &Value) -> reqwest::Response {
         let mut req = self.http.post(&self.url).body(body.to_string());
         for (k, v) in self.standard_headers() {
             req = req.header(k, v);
         }
-        into_reply(req.send().await.expect("POST reaches the gateway")).await
+        req.send().await.expect("POST reaches the gateway")
     }
 
     pub async fn get_stream(&self, headers: &[(&str, &str)]) -> reqwest::Response {
