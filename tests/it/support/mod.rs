@@ -36,6 +36,14 @@ pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> boo
     check()
 }
 
+/// SIGKILLs the process in `child`, as a crash would, and reaps it (nothing when already gone).
+pub async fn kill_hard(child: &mut Option<tokio::process::Child>) {
+    if let Some(mut c) = child.take() {
+        let _ = c.kill().await;
+        let _ = c.wait().await;
+    }
+}
+
 /// Whether a process is gone entirely: exited and reaped (a zombie still has a /proc entry).
 pub fn process_gone(pid: u32) -> bool {
     !std::path::Path::new(&format!("/proc/{pid}")).exists()

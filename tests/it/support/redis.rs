@@ -82,10 +82,7 @@ impl RedisServer {
 
     /// SIGKILL, as a crash would; waits until the port refuses connections.
     pub async fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill().await;
-            let _ = c.wait().await;
-        }
+        super::kill_hard(&mut self.child).await;
     }
 
     /// Starts it again on the same port and data directory.

@@ -246,10 +246,7 @@ impl RedisCluster {
             .iter_mut()
             .find(|n| n.port == port)
             .expect("a node of this cluster");
-        if let Some(mut c) = node.child.take() {
-            let _ = c.kill().await;
-            let _ = c.wait().await;
-        }
+        super::kill_hard(&mut node.child).await;
     }
 
     /// The keys matching `pattern` on the node at `port` (`SCAN`, bounded).

@@ -141,10 +141,7 @@ impl SentinelSetup {
             .iter_mut()
             .find(|n| n.port == port)
             .expect("a data node of this setup");
-        if let Some(mut c) = node.child.take() {
-            let _ = c.kill().await;
-            let _ = c.wait().await;
-        }
+        super::kill_hard(&mut node.child).await;
     }
 
     /// Waits (bounded by `limit`) until every live sentinel names a primary other than
