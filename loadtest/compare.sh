@@ -23,7 +23,7 @@
 # stopped on exit. The JSON reports are kept in $OUT (default target/loadtest/compare).
 #
 # Before/after a change, in the same interleaved rounds: SY_BASELINE=<gateway binary> (e.g. a
-# build from before it, copied out of target/) adds base-memory and base-redis, that build in
+# build from before it, copied out of target/) adds base-memory, base-redis and base-stdio, that build in
 # front of the same upstream; LIMITS='<flow map>' (a tenant's `limits:`, e.g. "{requests_per_user:
 # {rate: 1000000/s}}") adds limited-memory and limited-redis, this build with those limits.
 # ONLY='<targets>' measures just those (and direct, the reference), e.g. ONLY="gateway-memory
@@ -140,7 +140,7 @@ redis_store() { echo "{redis: {url: \"redis://127.0.0.1:$RPORT\", prefix: $1${2:
 ORDER=(direct)
 if [[ -n "$NGINX" ]]; then ORDER+=(nginx); fi
 ORDER+=(gateway-memory gateway-redis gateway-redis-fast gateway-stdio)
-if [[ -n "${SY_BASELINE:-}" ]]; then ORDER+=(base-memory base-redis); fi
+if [[ -n "${SY_BASELINE:-}" ]]; then ORDER+=(base-memory base-redis base-stdio); fi
 if [[ -n "${LIMITS:-}" ]]; then ORDER+=(limited-memory limited-redis); fi
 if [[ -n "${ONLY:-}" ]]; then
     ONLY_ORDER=(direct)
@@ -156,6 +156,7 @@ if wanted gateway-redis-fast; then gateway gateway-redis-fast "$(redis_store syf
 if wanted gateway-stdio; then gateway gateway-stdio memory "$STDIO_UP"; fi
 if wanted base-memory; then gateway base-memory memory "$HTTP_UP" "$SY_BASELINE"; fi
 if wanted base-redis; then gateway base-redis "$(redis_store base)" "$HTTP_UP" "$SY_BASELINE"; fi
+if wanted base-stdio; then gateway base-stdio memory "$STDIO_UP" "$SY_BASELINE"; fi
 if wanted limited-memory; then gateway limited-memory memory "$HTTP_UP" "$GW" "$LIMITS"; fi
 if wanted limited-redis; then gateway limited-redis "$(redis_store lim)" "$HTTP_UP" "$GW" "$LIMITS"; fi
 

@@ -11,7 +11,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Waker};
+use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{
@@ -19,6 +19,7 @@ use http::header::{
 };
 use http::{Method, StatusCode, Uri};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
 
 /// The largest response head read (status line and headers).
 const MAX_HEAD: usize = 64 * 1024;
@@ -36,8 +37,30 @@ const INLINE_BODY: usize = 16 * 1024;
 const READ_CHUNK: usize = 8 * 1024;
 
 /// A byte stream an upstream connection runs on (TCP, or TLS over it).
-pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
-impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
+pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin {
+    /// Ready once a read may not wait (bytes, the end, or an error), without reading: a
+    /// connection waiting for its answer — an idle SSE stream above all — then holds no read
+    /// buffer. Pending only when a read would surely wait.
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+}
+
+impl Stream for TcpStream {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        TcpStream::poll_read_ready(self, cx)
+    }
+}
+
+impl Stream for tokio_rustls::client::TlsStream<TcpStream> {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let (tcp, tls) = self.get_ref();
+        if tls.wants_read() {
+            // No decrypted bytes held: only new bytes on the socket can be read.
+            tcp.poll_read_ready(cx)
+        } else {
+            Poll::Ready(Ok(()))
+        }
+    }
+}
 
 /// Why an exchange failed. The text names no URL and no credentials.
 #[derive(Debug, thiserror::Error)]
@@ -180,7 +203,7 @@ impl Conn {
                 if self.buf.len() >= MAX_HEAD {
                     return Err(H1Error::Malformed("response head too large"));
                 }
-                if self.fill().await? == 0 {
+                if self.read_more().await? == 0 {
                     return Err(H1Error::ClosedBeforeResponse);
                 }
             };
@@ -271,10 +294,31 @@ impl Conn {
         !self.buf.is_empty()
     }
 
-    /// Reads more into the buffer; 0 at the end of the stream.
-    async fn fill(&mut self) -> io::Result<usize> {
+    /// Reads more into the buffer; 0 at the end of the stream. For a response head, which
+    /// is on its way: the buffer is kept while it is awaited.
+    async fn read_more(&mut self) -> io::Result<usize> {
         self.buf.reserve(READ_CHUNK);
         self.io.read_buf(&mut self.buf).await
+    }
+
+    /// [`Self::read_more`] for a body, which may keep the connection waiting as long as the
+    /// server likes (an event stream open for a session's life): room is made once bytes are
+    /// there, so a connection waiting with nothing unread holds no buffer (8 KiB each).
+    async fn fill(&mut self) -> io::Result<usize> {
+        if self.buf.is_empty() {
+            let (io, buf) = (&mut self.io, &mut self.buf);
+            std::future::poll_fn(move |cx| match io.poll_read_ready(cx) {
+                Poll::Pending => {
+                    if buf.capacity() > 0 {
+                        *buf = BytesMut::new();
+                    }
+                    Poll::Pending
+                }
+                ready => ready,
+            })
+            .await?;
+        }
+        self.read_more().await
     }
 
     async fn fill_or(&mut self, closed: H1Error) -> Result<(), H1Error> {

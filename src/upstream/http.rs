@@ -561,6 +561,7 @@ async fn listen_loop(conn: Weak<Connection>) {
             Ok(resp) if resp.status() == StatusCode::NOT_FOUND => return,
             Ok(mut resp) if resp.status().is_success() && is_event_stream(resp.headers()) => {
                 backoff = Duration::from_secs(1);
+                resp.forget_headers();
                 let mut parser = SseParser::new(max);
                 'stream: while let Ok(Some(chunk)) = resp.chunk().await {
                     parser.push(&chunk);

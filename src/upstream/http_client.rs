@@ -375,6 +375,11 @@ impl Response {
         &self.headers
     }
 
+    /// Frees the headers once read (a long-lived stream need not hold them).
+    pub fn forget_headers(&mut self) {
+        self.headers = HeaderMap::new();
+    }
+
     /// The body's length, when the upstream declared it.
     pub fn content_length(&self) -> Option<u64> {
         self.declared

@@ -262,7 +262,7 @@ impl SseLink {
         let mut resp = loop {
             let mut headers = self.credentials.headers().await?;
             headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-            let resp = self
+            let mut resp = self
                 .client
                 .send(Method::GET, headers, Bytes::new())
                 .await
@@ -285,6 +285,8 @@ impl SseLink {
                         .into(),
                 ));
             }
+            // Its headers are read: the stream, open for the session's life, keeps none.
+            resp.forget_headers();
             break resp;
         };
         let mut parser = SseParser::new(self.max_message);

@@ -59,6 +59,7 @@ impl SseParser {
         loop {
             if self.skip_lf {
                 if self.buf.is_empty() {
+                    self.release();
                     return Ok(None);
                 }
                 if self.buf[0] == b'\n' {
@@ -70,6 +71,7 @@ impl SseParser {
                 if self.buf.len() + self.data.len() > self.limit {
                     return Err(EventTooLarge { limit: self.limit });
                 }
+                self.release();
                 return Ok(None);
             };
             let line = self.buf.split_to(end).freeze();
@@ -85,6 +87,17 @@ impl SseParser {
                 continue;
             }
             self.field(&line)?;
+        }
+    }
+
+    /// Frees the buffers that hold nothing, before the stream waits for more: an idle stream
+    /// keeps no capacity (a stream stays open for a session's life).
+    fn release(&mut self) {
+        if self.buf.is_empty() && self.buf.capacity() > 0 {
+            self.buf = BytesMut::new();
+        }
+        if self.data.is_empty() && self.data.capacity() > 0 {
+            self.data = BytesMut::new();
         }
     }
 
@@ -170,6 +183,25 @@ mod tests {
         let evs = all(&mut p);
         assert_eq!(evs[0].data, Bytes::from_static(b"x\ny"));
         assert_eq!(evs[0].id, None);
+    }
+
+    #[test]
+    fn a_drained_parser_holds_no_buffer_and_a_partial_event_survives() {
+        let mut p = SseParser::new(1024);
+        p.push(b"data: one\n\ndata: tw");
+        assert_eq!(all(&mut p)[0].data, Bytes::from_static(b"one"));
+        assert!(p.buf.capacity() > 0, "the partial line is kept");
+        p.push(b"o\n\n");
+        assert_eq!(all(&mut p)[0].data, Bytes::from_static(b"two"));
+        assert_eq!((p.buf.capacity(), p.data.capacity()), (0, 0));
+        // A `\r` at a chunk's end, its `\n` in the next chunk.
+        p.push(b"data: three\r\n\r");
+        assert_eq!(all(&mut p)[0].data, Bytes::from_static(b"three"));
+        assert_eq!(p.buf.capacity(), 0);
+        p.push(b"\ndata: four\n\n");
+        let evs = all(&mut p);
+        assert_eq!(evs.len(), 1);
+        assert_eq!(evs[0].data, Bytes::from_static(b"four"));
     }
 
     #[test]
