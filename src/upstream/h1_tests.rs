@@ -288,3 +288,48 @@ async fn an_idle_connection_the_server_closed_is_stale() {
     let _ = post(&mut conn).await.unwrap();
     assert!(!conn.is_stale());
 }
+
+/// A body awaited with nothing unread (an event stream between events) holds no read buffer;
+/// its next bytes are read once they come.
+#[tokio::test]
+async fn a_waiting_body_holds_no_buffer() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (go, wait) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut request = [0u8; 1024];
+        let _ = s.read(&mut request).await.unwrap();
+        s.write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+            .await
+            .unwrap();
+        // The next chunk only once the client has been seen waiting.
+        wait.await.unwrap();
+        s.write_all(b"6\r\nsecond\r\n0\r\n\r\n").await.unwrap();
+        s
+    });
+    let mut conn = Conn::new(Box::new(TcpStream::connect(addr).await.unwrap()));
+    let mut headers = HeaderMap::new();
+    headers.insert(http::header::HOST, HeaderValue::from_static("up:8080"));
+    let target = Uri::from_static("/sse");
+    conn.send(&Method::GET, &target, &headers, &Bytes::new())
+        .await
+        .unwrap();
+    let mut head = conn.read_head(&Method::GET).await.unwrap();
+    let first = conn.next_chunk(&mut head.body).await.unwrap().unwrap();
+    assert_eq!(&first[..], b"first");
+    let waiting = tokio::time::timeout(Duration::from_millis(50), async {
+        // The CRLF after `first` may be read here; the next chunk cannot come yet.
+        loop {
+            if let Some(b) = conn.next_chunk(&mut head.body).await.unwrap() {
+                return b;
+            }
+        }
+    })
+    .await;
+    assert!(waiting.is_err(), "a chunk the server did not send");
+    assert_eq!(conn.buf.capacity(), 0, "a buffer is held while waiting");
+    go.send(()).unwrap();
+    assert_eq!(body(&mut conn, &mut head.body).await.unwrap(), b"second");
+    drop(server.await.unwrap());
+}

@@ -639,6 +639,13 @@ mod tests {
             }
         });
         let mut lines = BoundedLines::new(rx, 8);
+        let out = texts(&mut lines).await;
+        writer.await.unwrap();
+        assert_eq!(out, ["ok:abc", "long:ABCDEFGH", "ok:xyz", "ok:", "ok:end"]);
+    }
+
+    /// Every line of the input, as `ok:<text>` or `long:<kept prefix>`.
+    async fn texts(lines: &mut BoundedLines) -> Vec<String> {
         let mut out = vec![];
         while let Some(l) = lines.next().await {
             out.push(match l {
@@ -646,10 +653,26 @@ mod tests {
                 Line::TooLong(v) => format!("long:{}", String::from_utf8(v).unwrap()),
             });
         }
-        writer.await.unwrap();
-        assert_eq!(out, ["ok:abc", "long:ABCDEFGH", "ok:xyz", "ok:", "ok:end"]);
-        // Nothing is held once the input is read.
+        out
+    }
+
+    /// A reader waiting for the child with no partial line holds no buffer; with one, it
+    /// keeps it and completes the line later.
+    #[tokio::test]
+    async fn bounded_lines_hold_no_buffer_while_waiting() {
+        let (mut tx, rx) = pipe::pipe().unwrap();
+        let mut lines = BoundedLines::new(rx, 64 * 1024);
+        tx.write_all(b"one\n").await.unwrap();
+        assert!(matches!(lines.next().await, Some(Line::Complete(l)) if l == b"one"));
+        let waiting = tokio::time::timeout(Duration::from_millis(50), lines.next()).await;
+        assert!(waiting.is_err(), "no line was written");
         assert_eq!(lines.buf.capacity(), 0);
+        tx.write_all(b"tw").await.unwrap();
+        let waiting = tokio::time::timeout(Duration::from_millis(50), lines.next()).await;
+        assert!(waiting.is_err(), "the line is not complete");
+        assert!(lines.buf.capacity() > 0);
+        tx.write_all(b"o\n").await.unwrap();
+        assert!(matches!(lines.next().await, Some(Line::Complete(l)) if l == b"two"));
     }
 
     #[tokio::test]
@@ -660,13 +683,7 @@ mod tests {
             .unwrap();
         drop(tx);
         let mut lines = BoundedLines::new(rx, 10);
-        let mut out = vec![];
-        while let Some(l) = lines.next().await {
-            out.push(match l {
-                Line::Complete(v) => format!("ok:{}", String::from_utf8(v).unwrap()),
-                Line::TooLong(v) => format!("long:{}", String::from_utf8(v).unwrap()),
-            });
-        }
+        let out = texts(&mut lines).await;
         assert_eq!(
             out,
             ["ok:{\"a\":1}", "ok:short", "long:0123456789", "ok:last"]
