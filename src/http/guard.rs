@@ -109,7 +109,7 @@ pub fn admitted_resource(tenant: &Tenant, parts: &Parts) -> ResourceIdentity {
 /// must agree (RFC 9113 §8.3.1; RFC 9112 §3.2.2 would have the target win, so a Host that
 /// disagrees is refused rather than either one trusted).
 fn request_authority(parts: &Parts) -> Result<Authority<'_>, GatewayError> {
-    let sent = once(&parts.headers, header::HOST.as_str())
+    let sent = once(&parts.headers, &header::HOST)
         .map_err(|_| GatewayError::BadHost("the Host header must appear once"))?;
     let target = parts.uri.authority().map(|a| a.as_str());
     let text = match (sent, target) {
@@ -151,7 +151,7 @@ fn check_origin(
     host: &Authority<'_>,
     tls: bool,
 ) -> Result<(), GatewayError> {
-    let value = once(headers, header::ORIGIN.as_str())
+    let value = once(headers, &header::ORIGIN)
         .map_err(|_| GatewayError::BadHeader("the Origin header must appear once".into()))?;
     let Some(value) = value else {
         return Ok(());

@@ -9,36 +9,58 @@ use crate::protocol::header::{self as mcp, Repeated, once};
 
 /// Whether the `Accept` header admits `mime` (`type/subtype`), honouring wildcards and `q=0`.
 pub fn accepts(headers: &HeaderMap, mime: &str) -> bool {
-    let (ty, _) = mime.split_once('/').unwrap_or((mime, ""));
-    headers
+    admitted(headers, [mime])[0]
+}
+
+/// Which of `mimes` (`type/subtype` each) the `Accept` header admits: one pass over it, each
+/// media range's parameters read once (a POST asks for two types on every request).
+fn admitted<const N: usize>(headers: &HeaderMap, mimes: [&str; N]) -> [bool; N] {
+    let mut found = [false; N];
+    let ranges = headers
         .get_all(header::ACCEPT)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|range| {
-            let mut parts = range.split(';');
-            let media = parts.next().unwrap_or("").trim();
-            let refused = parts.any(|p| {
-                let p = p.trim();
-                p.strip_prefix("q=")
-                    .or_else(|| p.strip_prefix("Q="))
-                    .and_then(|q| q.trim().parse::<f32>().ok())
-                    .is_some_and(|q| q <= 0.0)
-            });
-            if refused {
-                return false;
-            }
-            media.eq_ignore_ascii_case(mime)
-                || media == "*/*"
-                || media
-                    .strip_suffix("/*")
-                    .is_some_and(|t| t.eq_ignore_ascii_case(ty))
-        })
+        .flat_map(|v| v.split(','));
+    for range in ranges {
+        let (media, params) = range.split_once(';').unwrap_or((range, ""));
+        if refuses(params) {
+            continue;
+        }
+        let media = media.trim();
+        for (mime, found) in mimes.iter().zip(found.iter_mut()) {
+            *found = *found || admits(media, mime);
+        }
+        if found.iter().all(|f| *f) {
+            break;
+        }
+    }
+    found
+}
+
+/// Whether a media range's parameters carry `q=0` (refused).
+fn refuses(params: &str) -> bool {
+    params.split(';').any(|p| {
+        let p = p.trim();
+        p.strip_prefix("q=")
+            .or_else(|| p.strip_prefix("Q="))
+            .and_then(|q| q.trim().parse::<f32>().ok())
+            .is_some_and(|q| q <= 0.0)
+    })
+}
+
+/// Whether the media range `media` (parameters removed) covers `mime`.
+fn admits(media: &str, mime: &str) -> bool {
+    let ty = mime.split_once('/').map_or(mime, |(ty, _)| ty);
+    media.eq_ignore_ascii_case(mime)
+        || media == "*/*"
+        || media
+            .strip_suffix("/*")
+            .is_some_and(|t| t.eq_ignore_ascii_case(ty))
 }
 
 /// POST must accept both JSON and SSE answers.
 pub fn check_post_accept(headers: &HeaderMap) -> Result<(), GatewayError> {
-    if accepts(headers, "application/json") && accepts(headers, "text/event-stream") {
+    if admitted(headers, ["application/json", "text/event-stream"]) == [true, true] {
         Ok(())
     } else {
         Err(GatewayError::NotAcceptable {
@@ -75,7 +97,7 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), GatewayError> {
 /// `once`, with a 400 naming the header when it is repeated.
 fn once_or_400<'h>(
     headers: &'h HeaderMap,
-    name: &str,
+    name: impl header::AsHeaderName,
     shown: &str,
 ) -> Result<Option<&'h HeaderValue>, GatewayError> {
     once(headers, name)
@@ -85,7 +107,12 @@ fn once_or_400<'h>(
 /// The `MCP-Protocol-Version` header: absent → `None`; present → a version served here, else
 /// 400 (with the supported versions in the error data).
 pub fn protocol_version(headers: &HeaderMap) -> Result<Option<ProtocolVersion>, GatewayError> {
-    let Some(value) = once_or_400(headers, mcp::PROTOCOL_VERSION, "MCP-Protocol-Version")? else {
+    let Some(value) = once_or_400(
+        headers,
+        &mcp::name::PROTOCOL_VERSION,
+        "MCP-Protocol-Version",
+    )?
+    else {
         return Ok(None);
     };
     let text = value.to_str().unwrap_or("").trim();
@@ -102,7 +129,7 @@ pub fn protocol_version(headers: &HeaderMap) -> Result<Option<ProtocolVersion>, 
 
 /// The `Mcp-Session-Id` header, when present.
 pub fn session_id(headers: &HeaderMap) -> Result<Option<&str>, GatewayError> {
-    let Some(value) = once_or_400(headers, mcp::SESSION_ID, "Mcp-Session-Id")? else {
+    let Some(value) = once_or_400(headers, &mcp::name::SESSION_ID, "Mcp-Session-Id")? else {
         return Ok(None);
     };
     value
@@ -145,6 +172,18 @@ mod tests {
         );
         assert!(check_get_accept(&with("accept", "text/event-stream")).is_ok());
         assert!(check_get_accept(&with("accept", "application/json")).is_err());
+        // A type refused by one range is still admitted by another; parameters other than
+        // `q` do not refuse; several `Accept` fields count as one list.
+        let accept = |v| with("accept", v);
+        assert!(check_post_accept(&accept("application/json;q=0, */*")).is_ok());
+        assert!(check_post_accept(&accept("*/*;Q=0.0, text/event-stream")).is_err());
+        assert!(
+            check_post_accept(&accept("Application/JSON;charset=utf-8;q=0.5, TEXT/*;q=1")).is_ok()
+        );
+        let mut two = accept("text/event-stream");
+        two.append("accept", HeaderValue::from_static("application/json"));
+        assert!(check_post_accept(&two).is_ok());
+        assert!(accepts(&two, "application/json") && !accepts(&two, "text/html"));
     }
 
     #[test]

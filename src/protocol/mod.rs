@@ -28,6 +28,17 @@ pub mod header {
     /// Prefix of the headers that mirror tool arguments marked with `x-mcp-header`.
     pub const PARAM_PREFIX: &str = "mcp-param-";
 
+    /// The names above as `HeaderName`s, for the lookups and inserts of every request: a
+    /// `&str` name is parsed and checked again at each use.
+    pub mod name {
+        use http::HeaderName;
+
+        pub static SESSION_ID: HeaderName = HeaderName::from_static(super::SESSION_ID);
+        pub static PROTOCOL_VERSION: HeaderName = HeaderName::from_static(super::PROTOCOL_VERSION);
+        pub static METHOD: HeaderName = HeaderName::from_static(super::METHOD);
+        pub static NAME: HeaderName = HeaderName::from_static(super::NAME);
+    }
+
     /// A header sent more than once where one value is allowed.
     #[derive(Debug)]
     pub struct Repeated;

@@ -186,16 +186,16 @@ impl HttpLink {
         let mut h = self.credentials.headers().await?;
         h.insert(ACCEPT, HeaderValue::from_static(accept));
         if let Some(v) = self.session_id.lock().ok().and_then(|s| s.clone()) {
-            h.insert(HeaderName::from_static(header::SESSION_ID), v);
+            h.insert(header::name::SESSION_ID.clone(), v);
         }
         if let Some(v) = self.protocol_version.lock().ok().and_then(|s| s.clone()) {
-            h.insert(HeaderName::from_static(header::PROTOCOL_VERSION), v);
+            h.insert(header::name::PROTOCOL_VERSION.clone(), v);
         }
         Ok(h)
     }
 
     fn remember_session(&self, resp: &Response) {
-        if let Some(v) = resp.headers().get(header::SESSION_ID)
+        if let Some(v) = resp.headers().get(&header::name::SESSION_ID)
             && let Ok(mut s) = self.session_id.lock()
             && s.as_ref() != Some(v)
         {
@@ -218,12 +218,12 @@ impl HttpLink {
         mcp: Option<&McpHeaders>,
     ) -> Result<(Response, bool), GatewayError> {
         let mut headers = self.base_headers(ACCEPT_BOTH).await?;
-        let had_session = headers.contains_key(header::SESSION_ID);
+        let had_session = headers.contains_key(&header::name::SESSION_ID);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(m) = mcp {
-            headers.insert(HeaderName::from_static(header::METHOD), m.method.clone());
+            headers.insert(header::name::METHOD.clone(), m.method.clone());
             if let Some(n) = &m.name {
-                headers.insert(HeaderName::from_static(header::NAME), n.clone());
+                headers.insert(header::name::NAME.clone(), n.clone());
             }
             for (name, value) in &m.params {
                 headers.insert(name.clone(), value.clone());
