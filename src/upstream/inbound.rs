@@ -102,7 +102,7 @@ impl Connection {
                             // next list, or the client's retry, fetches them again.
                             self.info.catalog.invalidate(ListKind::Tools);
                         }
-                        let verdict = Verdict::of(&outcome);
+                        let verdict = Verdict::of(&outcome, slot.tool_call);
                         let out = jsonrpc::response_with_id(&slot.client_id, outcome);
                         let _ = slot
                             .sink

@@ -46,6 +46,8 @@ pub(super) struct ForwardSlot {
     /// The called tool's mirrored arguments (`x-mcp-header`), for the `Mcp-Param-*` headers
     /// of every attempt on a stateless HTTP link.
     mirror: Option<Arc<ParamHeaders>>,
+    /// A `tools/call`: its result is looked into for `isError` (see `Verdict::of`).
+    pub(super) tool_call: bool,
 }
 
 impl Connection {
@@ -89,6 +91,7 @@ impl Connection {
             shape: shape.filter(|_| self.info.uri_prefix.is_some()),
             retry,
             mirror,
+            tool_call: method == "tools/call",
         };
         let id = self
             .send_forward(slot, method, params, live.as_deref(), trace)

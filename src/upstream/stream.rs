@@ -64,7 +64,7 @@ struct Inner {
     outcome: &'static str,
     /// The tool of a `tools/call` (its upstream's own name): an audit event at the end.
     audit_tool: Option<Box<str>>,
-    /// What the upstream's answer to an audited call said (read only for audited calls).
+    /// What the upstream's answer said (its verdict comes with it; logged for audited calls).
     answer: Answer,
     /// The upstream call's span (disabled when traces are off), closed at the end.
     span: tracing::Span,
@@ -272,7 +272,7 @@ impl Inner {
 /// forwarded request's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Answer {
-    /// No response read (not audited, or not answered).
+    /// No response read (not answered).
     Unread,
     Answered(Verdict),
 }
@@ -300,12 +300,15 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    /// The verdict on a response's outcome. A result is looked into only when its text may
-    /// hold `isError` at all.
-    pub fn of(outcome: &Outcome<'_>) -> Verdict {
+    /// The verdict on a response's outcome. Only a tool call's result is looked into
+    /// (`isError` is a tool result's field; other results, a resource's contents say, are not
+    /// scanned for it), and only when its text may hold `isError` at all.
+    pub fn of(outcome: &Outcome<'_>, tool_call: bool) -> Verdict {
         match outcome {
             Outcome::Error(_) => Verdict::Error,
-            Outcome::Result(result) if crate::jsonrpc::may_hold(result.get(), "isError") => {
+            Outcome::Result(result)
+                if tool_call && crate::jsonrpc::may_hold(result.get(), "isError") =>
+            {
                 let failed = RawObject::parse(result)
                     .ok()
                     .and_then(|o| o.get("isError").map(|v| v.get() == "true"))
@@ -346,5 +349,37 @@ impl Drop for ForwardStream {
                 inner.finish();
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::value::RawValue;
+
+    fn raw(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn only_a_tool_calls_result_is_looked_into_for_is_error() {
+        let failed = raw(r#"{"content":[],"isError":true}"#);
+        let escaped = raw(r#"{"content":[],"\u0069sError":true}"#);
+        let fine = raw(r#"{"content":[{"type":"text","text":"isError"}],"isError":false}"#);
+        let error = raw(r#"{"code":-32602,"message":"isError"}"#);
+        assert_eq!(
+            Verdict::of(&Outcome::Result(&failed), true),
+            Verdict::ToolError
+        );
+        assert_eq!(
+            Verdict::of(&Outcome::Result(&escaped), true),
+            Verdict::ToolError
+        );
+        assert_eq!(Verdict::of(&Outcome::Result(&fine), true), Verdict::Ok);
+        // Another method's result is not a tool's: never scanned, always `Ok`.
+        assert_eq!(Verdict::of(&Outcome::Result(&failed), false), Verdict::Ok);
+        assert_eq!(Verdict::of(&Outcome::Error(&error), true), Verdict::Error);
+        assert_eq!(Verdict::of(&Outcome::Error(&error), false), Verdict::Error);
     }
 }
