@@ -247,7 +247,7 @@ impl OriginClient {
                 conn: Some(conn),
                 client: self.clone(),
             };
-            if response.state == BodyState::Done || response.state == BodyState::Length(0) {
+            if response.declared == Some(0) {
                 // No body to read: the connection is free now (a `202` to a notification).
                 response.release();
             }
