@@ -22,6 +22,7 @@ mod retry;
 mod server_requests;
 mod sink;
 pub mod sse;
+mod stdin;
 mod stdio;
 mod stream;
 mod subscribe;
@@ -43,7 +44,7 @@ pub use server_requests::{ProgressMapping, ServerRequestRoute, ServerRequests, a
 pub use stdio::LinkState;
 pub use stream::{FinalEdit, ForwardStream, MessageEdit, StreamItem, Verdict};
 
-use crate::config::{Limits, StdioSharing, UpstreamConfig, UpstreamTransport};
+use crate::config::{Limits, StdioConfig, StdioSharing, UpstreamConfig, UpstreamTransport};
 use crate::error::GatewayError;
 use credentials::Credentials;
 use http::HttpLink;
@@ -144,6 +145,8 @@ enum UpstreamKind {
         /// The processes of a `shared` upstream (`pool_size` of them; each session is pinned
         /// to one by its id); empty for `per-session`.
         pool: Box<[Arc<Connection>]>,
+        /// How to start a process, shared by all of them.
+        config: Arc<StdioConfig>,
     },
     Http {
         client: Arc<OriginClient>,
@@ -186,6 +189,7 @@ impl Upstream {
         });
         let kind = match &config.transport {
             UpstreamTransport::Stdio(s) if s.sharing == StdioSharing::Shared => {
+                let s = Arc::new(s.clone());
                 let pool = (0..s.pool_size.max(1))
                     .map(|_| {
                         let conn = Arc::new(Connection::new(
@@ -198,10 +202,11 @@ impl Upstream {
                         conn
                     })
                     .collect();
-                UpstreamKind::Stdio { pool }
+                UpstreamKind::Stdio { pool, config: s }
             }
-            UpstreamTransport::Stdio(_) => UpstreamKind::Stdio {
+            UpstreamTransport::Stdio(s) => UpstreamKind::Stdio {
                 pool: Box::default(),
+                config: Arc::new(s.clone()),
             },
             UpstreamTransport::Http(h) => {
                 let url = url::Url::parse(&h.url).map_err(|e| format!("invalid URL: {e}"))?;
@@ -258,13 +263,13 @@ impl Upstream {
 
     /// Whether each session gets a child process of its own (`sharing: per-session`).
     pub fn spawns_per_session(&self) -> bool {
-        matches!(&self.kind, UpstreamKind::Stdio { pool } if pool.is_empty())
+        matches!(&self.kind, UpstreamKind::Stdio { pool, .. } if pool.is_empty())
     }
 
     /// The shared processes (empty unless `sharing: shared`).
     pub fn pool(&self) -> &[Arc<Connection>] {
         match &self.kind {
-            UpstreamKind::Stdio { pool } => pool,
+            UpstreamKind::Stdio { pool, .. } => pool,
             UpstreamKind::Http { .. } | UpstreamKind::Sse { .. } => &[],
         }
     }
@@ -296,15 +301,12 @@ impl Upstream {
         }
         let owner = Owner::Session(Arc::downgrade(session) as Weak<dyn ClientSession>);
         match &self.kind {
-            UpstreamKind::Stdio { pool } if !pool.is_empty() => {
+            UpstreamKind::Stdio { pool, .. } if !pool.is_empty() => {
                 let conn = self.pooled_for(&**session).ok_or(GatewayError::Internal)?;
                 conn.ready(self.info.init_timeout).await?;
                 Ok((conn.clone(), false))
             }
-            UpstreamKind::Stdio { .. } => {
-                let UpstreamTransport::Stdio(cfg) = &self.config.transport else {
-                    return Err(GatewayError::Internal);
-                };
+            UpstreamKind::Stdio { config: cfg, .. } => {
                 let conn = Arc::new(Connection::new(
                     self.info.clone(),
                     params,

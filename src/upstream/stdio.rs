@@ -3,20 +3,20 @@
 //! after a crash, and shut down by closing stdin, then SIGTERM, then SIGKILL (always reaped).
 
 use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
-use tokio::process::{Child, ChildStdin, Command};
-use tokio::sync::{mpsc, watch};
+use tokio::process::{Child, Command};
+use tokio::sync::{Notify, oneshot, watch};
 
 use super::connection::Connection;
 use super::handshake;
+use super::stdin::Stdin;
 use crate::config::StdioConfig;
 use crate::error::GatewayError;
 
@@ -46,23 +46,23 @@ pub enum LinkState {
 }
 
 pub struct StdioLink {
-    writer: Mutex<Option<mpsc::Sender<Vec<u8>>>>,
+    writer: Mutex<Option<Arc<Stdin>>>,
     state: watch::Sender<LinkState>,
-    closing: watch::Sender<bool>,
+    closing: Arc<Closing>,
     supervisor: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Current child pid (0 when none): for diagnostics and tests.
     pid: AtomicU32,
     /// Number of restarts after unexpected exits.
     restarts: AtomicU64,
-    config: StdioConfig,
+    config: Arc<StdioConfig>,
 }
 
 impl StdioLink {
-    pub fn new(config: StdioConfig) -> StdioLink {
+    pub fn new(config: Arc<StdioConfig>) -> StdioLink {
         StdioLink {
             writer: Mutex::new(None),
             state: watch::channel(LinkState::Starting).0,
-            closing: watch::channel(false).0,
+            closing: Arc::default(),
             supervisor: Mutex::new(None),
             pid: AtomicU32::new(0),
             restarts: AtomicU64::new(0),
@@ -140,7 +140,7 @@ impl StdioLink {
             });
         };
         writer
-            .send(bytes)
+            .write(bytes)
             .await
             .map_err(|_| GatewayError::UpstreamClosed {
                 upstream: upstream.to_owned(),
@@ -150,12 +150,51 @@ impl StdioLink {
 
     /// Shuts the child down (stdin close → SIGTERM → SIGKILL) and waits for the supervisor.
     pub async fn close(&self) {
-        self.closing.send_replace(true);
+        self.closing.close();
         let task = self.supervisor.lock().ok().and_then(|mut s| s.take());
         if let Some(task) = task {
             let _ = task.await;
         }
         self.state.send_replace(LinkState::Closed);
+    }
+}
+
+impl Drop for StdioLink {
+    /// A link dropped without `close` still stops its child (the supervisor sees it closing).
+    fn drop(&mut self) {
+        self.closing.close();
+    }
+}
+
+/// Set once the link closes; what the supervisor waits on beside the child (a flag and a
+/// `Notify`: a `watch` channel held ~0.4 KB more per process).
+#[derive(Default)]
+struct Closing {
+    closed: AtomicBool,
+    notify: Notify,
+}
+
+impl Closing {
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the link is closed (at once if it already is).
+    async fn closed(&self) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_closed() {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -177,12 +216,11 @@ fn link(conn: &Connection) -> &StdioLink {
 
 /// The supervisor: one child at a time, restarted with exponential backoff until closed.
 async fn supervise(conn: Weak<Connection>, init_timeout: Duration, max_line: usize) {
-    let (mut closing, config, name, initial, max_backoff) = {
+    let (closing, name, initial, max_backoff) = {
         let Some(c) = conn.upgrade() else { return };
         let l = link(&c);
         (
-            l.closing.subscribe(),
-            l.config.clone(),
+            l.closing.clone(),
             c.info.name.clone(),
             l.config.restart.initial_backoff,
             l.config.restart.max_backoff,
@@ -190,18 +228,17 @@ async fn supervise(conn: Weak<Connection>, init_timeout: Duration, max_line: usi
     };
     let mut backoff = initial;
     loop {
-        if *closing.borrow() {
+        if closing.is_closed() {
             break;
         }
         if let Some(c) = conn.upgrade() {
             link(&c).state.send_replace(LinkState::Starting);
         }
         let started = Instant::now();
-        let reason =
-            match run_once(&conn, &config, &name, init_timeout, max_line, &mut closing).await {
-                RunEnd::Closed => break,
-                RunEnd::Exited(reason) => reason,
-            };
+        let reason = match run_once(&conn, &name, init_timeout, max_line, &closing).await {
+            RunEnd::Closed => break,
+            RunEnd::Exited(reason) => reason,
+        };
         let Some(c) = conn.upgrade() else { break };
         let l = link(&c);
         c.info.health.failed(&reason);
@@ -209,7 +246,7 @@ async fn supervise(conn: Weak<Connection>, init_timeout: Duration, max_line: usi
             upstream: name.to_string(),
             reason: reason.clone(),
         });
-        if *closing.borrow() {
+        if closing.is_closed() {
             break;
         }
         if started.elapsed() >= max_backoff {
@@ -227,7 +264,7 @@ async fn supervise(conn: Weak<Connection>, init_timeout: Duration, max_line: usi
         drop(c);
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
-            _ = closing.changed() => break,
+            () = closing.closed() => break,
         }
         backoff = (backoff * 2).min(max_backoff);
     }
@@ -259,73 +296,135 @@ enum RunEnd {
     Exited(String),
 }
 
-/// Spawns one child, handshakes, and waits until it exits or the link closes.
+/// A started child, as `run_once` holds it while waiting for its exit.
+struct Running {
+    child: Child,
+    /// Sent (or dropped) once the reader has delivered all of stdout.
+    stdout_ended: oneshot::Receiver<()>,
+    _counted: RunningProcess,
+}
+
+/// Spawns one child, handshakes, and waits until it exits or the link closes. Starting is
+/// boxed: what it needs is freed once done, and the task that waits for the child's exit for
+/// its whole life (with a process per session, per session) holds only the wait.
 async fn run_once(
     conn: &Weak<Connection>,
-    config: &StdioConfig,
-    name: &str,
+    name: &Arc<str>,
     init_timeout: Duration,
     max_line: usize,
-    closing: &mut watch::Receiver<bool>,
+    closing: &Closing,
 ) -> RunEnd {
-    let mut child = match spawn(config) {
-        Ok(c) => c,
-        Err(e) => return RunEnd::Exited(format!("failed to start {:?}: {e}", config.command)),
+    let mut running = match Box::pin(start(conn, name, init_timeout, max_line, closing)).await {
+        Ok(running) => running,
+        Err(end) => return end,
     };
-    let _running = RunningProcess::counted();
+    let status = tokio::select! {
+        status = running.child.wait() => Some(status),
+        () = closing.closed() => None,
+    };
+    match status {
+        Some(status) => Box::pin(exited(conn, running, status)).await,
+        None => {
+            clear_writer(conn);
+            stop(&mut running.child).await;
+            RunEnd::Closed
+        }
+    }
+}
+
+/// Spawns the child, wires its pipes and handshakes, unless it dies or the link closes first.
+async fn start(
+    conn: &Weak<Connection>,
+    name: &Arc<str>,
+    init_timeout: Duration,
+    max_line: usize,
+    closing: &Closing,
+) -> Result<Running, RunEnd> {
+    let spawned = match conn.upgrade() {
+        Some(c) => spawn(&link(&c).config),
+        None => return Err(RunEnd::Closed),
+    };
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            let command = conn.upgrade().map(|c| link(&c).config.command.clone());
+            return Err(RunEnd::Exited(format!(
+                "failed to start {:?}: {e}",
+                command.unwrap_or_default()
+            )));
+        }
+    };
+    let counted = RunningProcess::counted();
     let pid = child.id().unwrap_or(0);
     let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let (Some(stdin), Some(stdout), Some(stderr)) = (stdin, stdout, stderr) else {
         stop(&mut child).await;
-        return RunEnd::Exited("the child's pipes were not available".into());
+        return Err(RunEnd::Exited(
+            "the child's pipes were not available".into(),
+        ));
     };
-    // Read as pipes: waiting for readiness needs no read buffer (see `BoundedLines`).
-    let pipes = receiver(stdout.into_owned_fd())
-        .and_then(|out| Ok((out, receiver(stderr.into_owned_fd())?)));
-    let (stdout, stderr) = match pipes {
-        Ok(p) => p,
+    // As pipes: waiting for readiness needs no read buffer (see `BoundedLines`), and stdin
+    // is written by the senders themselves (see `Stdin`).
+    let pipes = (|| {
+        let stdin = pipe::Sender::from_owned_fd(stdin.into_owned_fd()?)?;
+        let stdout = pipe::Receiver::from_owned_fd(stdout.into_owned_fd()?)?;
+        let stderr = pipe::Receiver::from_owned_fd(stderr.into_owned_fd()?)?;
+        Ok::<_, std::io::Error>((stdin, stdout, stderr))
+    })();
+    let (stdin, stdout, stderr) = match pipes {
+        Ok((stdin, stdout, stderr)) => (Stdin::new(stdin, WRITE_QUEUE), stdout, stderr),
         Err(e) => {
             stop(&mut child).await;
-            return RunEnd::Exited(format!("the child's pipes could not be read: {e}"));
+            return Err(RunEnd::Exited(format!(
+                "the child's pipes could not be used: {e}"
+            )));
         }
     };
-    let (tx, rx) = mpsc::channel(WRITE_QUEUE);
-    tokio::spawn(write_stdin(stdin, rx));
-    let reader = tokio::spawn(read_stdout(stdout, conn.clone(), max_line, name.to_owned()));
-    tokio::spawn(log_stderr(stderr, name.to_owned()));
+    let (stdout_done, stdout_ended) = oneshot::channel();
+    tokio::spawn(read_output(
+        Output {
+            stdout: BoundedLines::new(stdout, max_line),
+            stderr: BoundedLines::new(stderr, MAX_STDERR_LINE),
+        },
+        conn.clone(),
+        name.clone(),
+        stdout_done,
+    ));
+    let mut running = Running {
+        child,
+        stdout_ended,
+        _counted: counted,
+    };
     {
         let Some(c) = conn.upgrade() else {
-            stop(&mut child).await;
-            return RunEnd::Closed;
+            stop(&mut running.child).await;
+            return Err(RunEnd::Closed);
         };
         let l = link(&c);
         l.pid.store(pid, Ordering::Relaxed);
         if let Ok(mut w) = l.writer.lock() {
-            *w = Some(tx);
+            *w = Some(stdin);
         }
     }
 
-    // Handshake, unless the child dies or the link closes first. Boxed: its large state is
-    // freed once done instead of sizing the task that waits on the child for its whole life
-    // (a task of 4.6 KB before, per process; with a process per session, per session).
-    let handshake = Box::pin(async {
+    let handshake = async {
         let c = conn.upgrade().ok_or_else(|| closed(name))?;
         let params = c.init_params.clone();
         let server = handshake::connect(&c, &params, init_timeout).await?;
         // A new process: what the client set up on the last one is set up again first.
         c.restore(&server, init_timeout).await;
         Ok::<_, GatewayError>(server)
-    });
+    };
     let outcome = tokio::select! {
         r = handshake => Ok(r),
-        status = child.wait() => Err(status),
-        _ = closing.changed() => {
+        status = running.child.wait() => Err(status),
+        () = closing.closed() => {
             clear_writer(conn);
-            stop(&mut child).await;
-            return RunEnd::Closed;
+            stop(&mut running.child).await;
+            return Err(RunEnd::Closed);
         }
     };
-    let exited = match outcome {
+    match outcome {
         Ok(Ok(server)) => {
             if let Some(c) = conn.upgrade() {
                 tracing::info!(upstream = %name, pid, protocol = %server.protocol_version, "stdio upstream ready");
@@ -336,31 +435,27 @@ async fn run_once(
                 c.set_server(server);
                 link(&c).state.send_replace(LinkState::Ready);
             }
-            tokio::select! {
-                status = child.wait() => status,
-                _ = closing.changed() => {
-                    clear_writer(conn);
-                    stop(&mut child).await;
-                    return RunEnd::Closed;
-                }
-            }
+            Ok(running)
         }
         Ok(Err(e)) => {
             clear_writer(conn);
-            stop(&mut child).await;
-            return RunEnd::Exited(format!("handshake failed: {e}"));
+            stop(&mut running.child).await;
+            Err(RunEnd::Exited(format!("handshake failed: {e}")))
         }
-        Err(status) => status,
-    };
-    clear_writer(conn);
-    // Let the reader deliver what the child wrote before exiting (bounded: grandchildren may
-    // hold the pipe open).
-    let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
-    RunEnd::Exited(describe_exit(exited))
+        Err(status) => Err(exited(conn, running, status).await),
+    }
 }
 
-fn receiver(fd: std::io::Result<std::os::fd::OwnedFd>) -> std::io::Result<pipe::Receiver> {
-    pipe::Receiver::from_owned_fd(fd?)
+/// After the child exited: lets the reader deliver what it wrote before exiting (bounded:
+/// grandchildren may hold the pipe open), and says how it ended.
+async fn exited(
+    conn: &Weak<Connection>,
+    running: Running,
+    status: std::io::Result<ExitStatus>,
+) -> RunEnd {
+    clear_writer(conn);
+    let _ = tokio::time::timeout(Duration::from_secs(1), running.stdout_ended).await;
+    RunEnd::Exited(describe_exit(status))
 }
 
 fn clear_writer(conn: &Weak<Connection>) {
@@ -414,8 +509,13 @@ fn spawn(config: &StdioConfig) -> std::io::Result<Child> {
 }
 
 /// Closes stdin (already done by dropping the writer), then SIGTERM, then SIGKILL to the
-/// process group; always reaps the child.
+/// process group; always reaps the child. Boxed: its timers would otherwise size the
+/// supervisor's task for the child's whole life (with a process per session, per session).
 async fn stop(child: &mut Child) {
+    Box::pin(stop_now(child)).await
+}
+
+async fn stop_now(child: &mut Child) {
     if tokio::time::timeout(EXIT_GRACE, child.wait()).await.is_ok() {
         return;
     }
@@ -430,15 +530,6 @@ async fn stop(child: &mut Child) {
     let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
     let _ = child.kill().await;
     let _ = child.wait().await;
-}
-
-async fn write_stdin(mut stdin: ChildStdin, mut rx: mpsc::Receiver<Vec<u8>>) {
-    while let Some(bytes) = rx.recv().await {
-        if stdin.write_all(&bytes).await.is_err() {
-            break;
-        }
-    }
-    // Dropping stdin closes the pipe: the child sees EOF.
 }
 
 /// One line read by [`BoundedLines`].
@@ -492,19 +583,27 @@ impl BoundedLines {
                 self.scanned = 0;
                 return (!rest.is_empty()).then(|| finish(rest.to_vec(), overflow));
             }
+            // Readiness first: a reader polled while the child has written nothing (stderr's,
+            // beside stdout's) costs no system call and no buffer.
+            let (pipe, buf) = (&self.pipe, &mut self.buf);
+            let ready = std::future::poll_fn(|cx| {
+                let ready = pipe.poll_read_ready(cx);
+                if ready.is_pending() && buf.is_empty() {
+                    // Nothing of a line is held: wait without a buffer.
+                    *buf = BytesMut::new();
+                }
+                ready
+            })
+            .await;
+            if ready.is_err() {
+                self.eof = true;
+                continue;
+            }
             self.buf.reserve(self.chunk);
             match self.pipe.try_read_buf(&mut self.buf) {
                 Ok(0) => self.eof = true,
                 Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if self.buf.is_empty() {
-                        // Nothing of a line is held: wait without a buffer.
-                        self.buf = BytesMut::new();
-                    }
-                    if self.pipe.readable().await.is_err() {
-                        self.eof = true;
-                    }
-                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(_) => self.eof = true,
             }
         }
@@ -539,39 +638,59 @@ fn finish(mut line: Vec<u8>, overflow: bool) -> Line {
     Line::Complete(line)
 }
 
-/// Routes each stdout line to the connection; over-long lines are dropped with an error log.
-async fn read_stdout(
-    stdout: pipe::Receiver,
-    conn: Weak<Connection>,
-    max_line: usize,
-    name: String,
-) {
-    let mut lines = BoundedLines::new(stdout, max_line);
-    while let Some(line) = lines.next().await {
-        match line {
-            Line::TooLong(_) => {
-                tracing::error!(upstream = %name, limit = max_line, "dropped a message larger than the limit from the upstream");
-            }
-            Line::Complete(line) if line.iter().all(u8::is_ascii_whitespace) => {}
-            Line::Complete(line) => {
-                let Some(c) = conn.upgrade() else { break };
-                c.on_message(Bytes::from(line), None);
-            }
-        }
-        // Lines already buffered are read without waiting: under a flood this task would
-        // keep its worker to itself, and the streams it feeds fall behind and drop.
-        tokio::task::coop::consume_budget().await;
-    }
+/// A child's output pipes, read by one task.
+struct Output {
+    stdout: BoundedLines,
+    stderr: BoundedLines,
 }
 
-/// Logs each stderr line of the child (truncated to a bound, control characters escaped).
-async fn log_stderr(stderr: pipe::Receiver, name: String) {
-    let mut lines = BoundedLines::new(stderr, MAX_STDERR_LINE);
-    while let Some(Line::Complete(line) | Line::TooLong(line)) = lines.next().await {
-        let text = String::from_utf8_lossy(&line);
-        let text = escape_controls(text.trim_end());
-        if !text.is_empty() {
-            tracing::info!(target: "switchyard::upstream::stderr", upstream = %name, "{text}");
+/// Reads the child's output until both pipes end: each stdout line is routed to the
+/// connection (over-long ones dropped with an error log), each stderr line logged (truncated
+/// to a bound, control characters escaped). `stdout_done` is sent once stdout has ended.
+async fn read_output(
+    mut out: Output,
+    conn: Weak<Connection>,
+    name: Arc<str>,
+    stdout_done: oneshot::Sender<()>,
+) {
+    let (mut stdout_open, mut stderr_open) = (true, true);
+    let mut stdout_done = Some(stdout_done);
+    loop {
+        let (from_stdout, line) = tokio::select! {
+            line = out.stdout.next(), if stdout_open => (true, line),
+            line = out.stderr.next(), if stderr_open => (false, line),
+            else => break,
+        };
+        match (from_stdout, line) {
+            (true, None) => {
+                stdout_open = false;
+                if let Some(done) = stdout_done.take() {
+                    let _ = done.send(());
+                }
+            }
+            (false, None) => stderr_open = false,
+            (false, Some(Line::Complete(line) | Line::TooLong(line))) => {
+                let text = String::from_utf8_lossy(&line);
+                let text = escape_controls(text.trim_end());
+                if !text.is_empty() {
+                    tracing::info!(target: "switchyard::upstream::stderr", upstream = %name, "{text}");
+                }
+            }
+            (true, Some(Line::TooLong(_))) => {
+                let limit = out.stdout.max;
+                tracing::error!(upstream = %name, limit, "dropped a message larger than the limit from the upstream");
+            }
+            (true, Some(Line::Complete(line))) => {
+                if !line.iter().all(u8::is_ascii_whitespace) {
+                    let Some(c) = conn.upgrade() else { break };
+                    c.on_message(Bytes::from(line), None);
+                }
+            }
+        }
+        if from_stdout {
+            // Lines already buffered are read without waiting: under a flood this task would
+            // keep its worker to itself, and the streams it feeds fall behind and drop.
+            tokio::task::coop::consume_budget().await;
         }
     }
 }
@@ -604,6 +723,8 @@ fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use tokio::io::AsyncWriteExt;
+
     use super::*;
 
     #[test]

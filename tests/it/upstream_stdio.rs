@@ -424,3 +424,37 @@ async fn a_slow_starting_stateless_server_is_not_mistaken_for_a_session_based_on
     assert_eq!(text_of(r.last()), "late but here", "{:?}", r.last());
     gw.stop().await;
 }
+
+/// Messages several times larger than a pipe holds, from concurrent sessions to one shared
+/// process: the gateway writes what fits and queues the rest in order, so every call is
+/// answered with its own message, whole.
+#[tokio::test]
+async fn messages_larger_than_the_pipe_arrive_whole_from_concurrent_sessions() {
+    let gw = TestGateway::start(config(vec![tenant(
+        "big",
+        vec![demo_upstream(None, StdioSharing::Shared)],
+    )]))
+    .await;
+    let mut sessions = vec![];
+    for s in 0..4 {
+        let url = gw.url("big");
+        sessions.push(tokio::spawn(async move {
+            let mut c = RawClient::new(url);
+            c.initialize().await;
+            for i in 0..6 {
+                // 100-185 KB each (the body limit is 256 KiB): the pipe holds 64 KiB.
+                let message = format!("{s}:{i}:{}", "x".repeat(100_000 + 17_000 * i));
+                let r = c.call_tool("echo", json!({ "message": message })).await;
+                assert_eq!(text_of(r.last()), message, "session {s}, call {i}");
+            }
+            c.delete().await;
+        }));
+    }
+    for s in sessions {
+        tokio::time::timeout(Duration::from_secs(60), s)
+            .await
+            .expect("large messages answered in time")
+            .expect("session task");
+    }
+    gw.stop().await;
+}
