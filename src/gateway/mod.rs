@@ -193,27 +193,39 @@ impl Gateway {
                 self.refresh_lifecycle(&s).await;
                 s
             }
+            // The rare branches are boxed: their store round trips are large states that
+            // would otherwise size (and be copied with) every request's future.
             Some(_) => {
-                self.report_foreign_id(tenant, &id).await;
+                Box::pin(self.report_foreign_id(tenant, &id)).await;
                 return Err(GatewayError::SessionNotFound);
             }
-            None => self.resume(tenant, user, id).await?,
+            None => Box::pin(self.resume(tenant, user, id)).await?,
         };
         session.touch();
         // The stored TTL slides too, but one store write per tenth of the TTL is enough.
         if session.store_touch_due(self.session_ttl / 10) {
-            match self.touch_stored(&session).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    // Ended elsewhere (or expired): it is gone here too.
-                    self.limiter.sessions.release(&session).await;
-                    self.drop_local(tenant, &session.key, Ending::End).await;
-                    return Err(GatewayError::SessionNotFound);
-                }
-                Err(e) => tracing::warn!(error = %e, "could not refresh a session's time-to-live"),
-            }
+            Box::pin(self.slide_stored(tenant, &session)).await?;
         }
         Ok(session)
+    }
+
+    /// Slides the stored record's TTL (see `touch_stored`); a session ended elsewhere (or
+    /// expired) is gone here too.
+    async fn slide_stored(
+        &self,
+        tenant: &Tenant,
+        session: &Arc<LiveSession>,
+    ) -> Result<(), GatewayError> {
+        match self.touch_stored(session).await {
+            Ok(true) => {}
+            Ok(false) => {
+                self.limiter.sessions.release(session).await;
+                self.drop_local(tenant, &session.key, Ending::End).await;
+                return Err(GatewayError::SessionNotFound);
+            }
+            Err(e) => tracing::warn!(error = %e, "could not refresh a session's time-to-live"),
+        }
+        Ok(())
     }
 
     /// Restarts the stored record's time-to-live and, with it, the session's entries in the
@@ -234,7 +246,8 @@ impl Gateway {
         if session.is_initialized() || matches!(self.store, SessionBackend::Memory(_)) {
             return;
         }
-        match self.store.load(&session.key, self.session_ttl).await {
+        // Boxed: a store round trip, for the few requests before the session is initialized.
+        match Box::pin(self.store.load(&session.key, self.session_ttl)).await {
             Ok(Some(record)) if record.initialized => session.adopt_initialized(),
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "could not re-read a session's lifecycle state"),

@@ -56,14 +56,15 @@ pub async fn handle(
         Method::GET => {
             *label = "http/get";
             traced(span, None, &parts);
-            get(&gateway, &tenant, &principal, &parts)
+            // Boxed, as DELETE: once per session each, they need not size every POST's future.
+            Box::pin(get(&gateway, &tenant, &principal, &parts))
                 .instrument(span.clone())
                 .await
         }
         Method::DELETE => {
             *label = "http/delete";
             traced(span, None, &parts);
-            delete(&gateway, &tenant, &principal, &parts)
+            Box::pin(delete(&gateway, &tenant, &principal, &parts))
                 .instrument(span.clone())
                 .await
         }
@@ -169,7 +170,8 @@ async fn post(
     if jsonrpc::is_batch(&bytes) {
         *label = "batch";
         traced(span, None, parts);
-        return batch::serve(gateway, tenant, principal, parts, &bytes)
+        // Boxed: a batch's state would size every single request's future.
+        return Box::pin(batch::serve(gateway, tenant, principal, parts, &bytes))
             .instrument(span.clone())
             .await;
     }
@@ -241,9 +243,11 @@ async fn dispatch(
         return Ok(refused);
     }
 
-    // The stateless revision: no session, every request stands alone.
+    // The stateless revision: no session, every request stands alone. Boxed, as is
+    // `initialize` below: each is a large state that would otherwise size (and be copied
+    // with) every request's future, the session-based calls' too.
     if stateless::selected(&parts.headers, message_params(&message)) {
-        return Ok(stateless::serve(gateway, tenant, principal, parts, message).await);
+        return Ok(Box::pin(stateless::serve(gateway, tenant, principal, parts, message)).await);
     }
 
     // initialize opens a session: the version comes from its params, not from a header.
@@ -258,7 +262,7 @@ async fn dispatch(
         }
         let opening = router::Opening::StreamableHttp;
         return Ok(
-            match router::initialize(gateway, tenant, principal, req, opening).await {
+            match Box::pin(router::initialize(gateway, tenant, principal, req, opening)).await {
                 Ok((session, body)) => {
                     note_session(&session);
                     let mut resp = json(body);

@@ -149,7 +149,13 @@ async fn dispatch(State(gateway): State<Arc<Gateway>>, req: Request) -> Response
     };
     let resp = match legacy {
         None => endpoint::handle(gateway, tenant, principal, parts, body).await,
-        Some(route) => legacy_sse::handle(gateway, tenant, principal, parts, body, route).await,
+        // Boxed: the 2024-11-05 transport's large state would size every request's future.
+        Some(route) => {
+            Box::pin(legacy_sse::handle(
+                gateway, tenant, principal, parts, body, route,
+            ))
+            .await
+        }
     };
     grant.apply(resp)
 }

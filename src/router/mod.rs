@@ -623,8 +623,12 @@ async fn tool_answer(
     reply: Reply,
 ) -> Result<Reply, GatewayError> {
     match (kind, reply, as_task) {
+        // Boxed: a gateway-run task's start is a large state every call's future would hold.
         (ListKind::Tools, Reply::Stream(s), Some(slot)) => {
-            task_run::start(gateway, tenant, session, s, slot, params, client_id).await
+            Box::pin(task_run::start(
+                gateway, tenant, session, s, slot, params, client_id,
+            ))
+            .await
         }
         (ListKind::Tools, reply, _) => Ok(tasks::publish(reply, tenant, session, upstream)),
         (_, reply, _) => Ok(reply),

@@ -59,12 +59,16 @@ impl Connection {
     }
 
     /// Waits until the link can carry requests (bounded), or fails with a clear reason. An
-    /// SSE link whose stream ended opens a new upstream session here.
+    /// SSE link whose stream ended opens a new upstream session here. A ready link answers at
+    /// once; the waits are boxed, large states that would otherwise size (and be copied
+    /// with) every forwarded request's future.
     pub async fn ready(self: &Arc<Self>, timeout: Duration) -> Result<(), GatewayError> {
         match &self.link {
-            Link::Stdio(l) => l.ready(&self.info.name, timeout).await,
+            Link::Stdio(l) if l.is_ready() => Ok(()),
+            Link::Stdio(l) => Box::pin(l.ready(&self.info.name, timeout)).await,
             Link::Http(_) => Ok(()),
-            Link::Sse(l) => l.ready(self, timeout).await,
+            Link::Sse(l) if l.is_ready() => Ok(()),
+            Link::Sse(l) => Box::pin(l.ready(self, timeout)).await,
         }
     }
 
@@ -82,7 +86,8 @@ impl Connection {
                 l.spawn_request(self.clone(), id, Bytes::from(bytes), trace, mcp);
                 Ok(())
             }
-            Link::Sse(l) => l.post(self, Bytes::from(bytes), trace.as_ref()).await,
+            // Boxed: an HTTP exchange, a large state for every request's future.
+            Link::Sse(l) => Box::pin(l.post(self, Bytes::from(bytes), trace.as_ref())).await,
         }
     }
 
@@ -90,8 +95,8 @@ impl Connection {
     pub async fn send_message(self: &Arc<Self>, bytes: Vec<u8>) -> Result<(), GatewayError> {
         match &self.link {
             Link::Stdio(l) => l.send(&self.info.name, bytes).await,
-            Link::Http(l) => l.post_message(self, Bytes::from(bytes)).await,
-            Link::Sse(l) => l.post(self, Bytes::from(bytes), None).await,
+            Link::Http(l) => Box::pin(l.post_message(self, Bytes::from(bytes))).await,
+            Link::Sse(l) => Box::pin(l.post(self, Bytes::from(bytes), None)).await,
         }
     }
 

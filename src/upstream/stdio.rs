@@ -90,6 +90,11 @@ impl StdioLink {
         self.state.borrow().clone()
     }
 
+    /// Whether requests flow now.
+    pub fn is_ready(&self) -> bool {
+        matches!(*self.state.borrow(), LinkState::Ready)
+    }
+
     /// Waits (bounded) while the child is starting; fails fast while it is down.
     pub async fn ready(&self, upstream: &str, timeout: Duration) -> Result<(), GatewayError> {
         let mut rx = self.state.subscribe();

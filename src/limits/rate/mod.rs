@@ -103,7 +103,9 @@ impl Rates {
             n += 1;
         }
         let now = now_micros();
-        match self.verdict(tenant, &list[..n], &[], now).await? {
+        // Boxed: the buckets' check (a store round trip with Redis) is a large state; the
+        // callers' futures, which skip it when nothing is limited, need not hold it.
+        match Box::pin(self.verdict(tenant, &list[..n], &[], now)).await? {
             Verdict::Allowed => Ok(()),
             Verdict::Refused { bucket, quota } => {
                 let refusal = describe(limits, &list[..n], &[], bucket, quota, now);
@@ -157,7 +159,8 @@ impl Rates {
         if buckets.is_empty() && quotas.is_empty() {
             return Ok(());
         }
-        let verdict = self.verdict(tenant, &buckets, &quotas, now).await;
+        // Boxed, as in `check_request`.
+        let verdict = Box::pin(self.verdict(tenant, &buckets, &quotas, now)).await;
         let refusal = match verdict {
             Ok(Verdict::Allowed) => return Ok(()),
             Ok(Verdict::Refused { bucket, quota }) => {
