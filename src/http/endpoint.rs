@@ -152,7 +152,7 @@ pub(super) fn stateless_headers(parts: &Parts) -> bool {
 
 /// Records the (hashed) session id in the current request span.
 pub(super) fn note_session(session: &LiveSession) {
-    tracing::Span::current().record("mcp.session.id", session.log_id.as_str());
+    telemetry::record_in_current("mcp.session.id", session.log_id.as_str());
 }
 
 async fn post(
@@ -193,14 +193,17 @@ pub(super) fn describe(span: &tracing::Span, parts: &Parts, message: &Message<'_
         Message::Notification(n) => (Some(&*n.method), n.params),
         Message::Response(_) => (None, None),
     };
-    if let Some(m) = method {
-        span.record("mcp.method.name", m);
-        if telemetry::enabled() {
-            span.record("otel.name", m);
+    match (method, message) {
+        (Some(m), Message::Request(r)) => telemetry::name_request(span, m, r.id.get()),
+        (Some(m), _) => {
+            span.record("mcp.method.name", m);
         }
+        (None, _) => {}
     }
-    if let Message::Request(r) = message {
-        span.record("jsonrpc.request.id", r.id.get());
+    if let Some(m) = method
+        && telemetry::enabled()
+    {
+        span.record("otel.name", m);
     }
     traced(span, params, parts);
     method.map_or("response", crate::protocol::Method::label)

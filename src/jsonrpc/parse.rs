@@ -135,17 +135,18 @@ pub fn parse(input: &[u8]) -> Result<Message<'_>, ParseError> {
             });
         }
     };
-    let id_text = env.id.map(|id| id.get().to_owned());
+    // The id's text, for errors only: a valid message allocates nothing for it.
+    let id_text = || env.id.map(|id| id.get().to_owned());
     if let Err(ambiguity) = strict::check(input) {
         return Err(ParseError::Ambiguous {
             ambiguity,
-            id: id_text,
+            id: id_text(),
             response: env.method.is_none(),
         });
     }
     let invalid = |reason: &'static str| ParseError::InvalidRequest {
         reason: reason.into(),
-        id: id_text.clone(),
+        id: id_text(),
     };
     if env.jsonrpc.as_deref() != Some("2.0") {
         return Err(invalid("`jsonrpc` must be \"2.0\""));

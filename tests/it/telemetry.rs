@@ -129,9 +129,10 @@ async fn spans_and_trace_context_follow_a_request_through_both_upstreams() {
 
     // 1. Trace context in the HTTP headers, a call to the HTTP upstream.
     let (trace_a, parent_a) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let call_a = echo(&client, "web__echo", None);
     let reply = post_with(
         &client,
-        &echo(&client, "web__echo", None),
+        &call_a,
         &[
             ("traceparent", &format!("00-{trace_a}-{parent_a}-01")),
             ("tracestate", "vendor=abc"),
@@ -154,6 +155,10 @@ async fn spans_and_trace_context_follow_a_request_through_both_upstreams() {
     assert_eq!(server_a.service, "switchyard-it");
     assert_eq!(server_a.attr("tenant"), Some("acme"));
     assert_eq!(server_a.attr("mcp.method.name"), Some("tools/call"));
+    assert_eq!(
+        server_a.attr("jsonrpc.request.id"),
+        Some(call_a["id"].to_string().as_str())
+    );
     assert_eq!(
         server_a.attr("mcp.session.id"),
         Some(hashed(&session).as_str())
@@ -295,6 +300,11 @@ async fn spans_and_trace_context_follow_a_request_through_both_upstreams() {
         "{audit}"
     );
     assert_eq!(audit["span"]["mcp.method.name"], "tools/call", "{audit}");
+    assert_eq!(
+        audit["span"]["jsonrpc.request.id"],
+        call_a["id"].to_string().as_str(),
+        "{audit}"
+    );
 }
 
 #[tokio::test]
