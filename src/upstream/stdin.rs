@@ -1,13 +1,16 @@
-//! A stdio child's input: written by the task that sends each message, with a bounded queue
+//! A stdio child's input: written by the tasks that send the messages, with a bounded queue
 //! and a flushing task only while the pipe is full.
 //!
 //! The common case (a message that fits in the pipe's free space) is one non-blocking write
 //! in the sender's own task: no channel, no writer task to wake and no buffer held between
-//! messages. When the child reads slower than it is written to, the rest of a message and the
-//! messages after it wait in order in a queue that one spawned task drains as the pipe becomes
-//! writable; senders wait once `limit` messages are queued. A message is never written in
-//! part (a sender cancelled mid-way still has its whole line written or queued), so the
-//! newline framing holds whatever the senders do.
+//! messages. One task writes at a time, outside the queue's lock: a sender that finds another
+//! writing queues its message and returns, and the writing task writes what was queued
+//! meanwhile too (a few messages, then a spawned task takes over), so senders on other
+//! threads never wait for a system call. When the child reads slower than it is written to,
+//! the rest of a message and the messages after it wait in order in the queue, which one
+//! spawned task drains as the pipe becomes writable; senders wait once `limit` messages are
+//! queued. A message is never written in part (a sender cancelled mid-way still has its whole
+//! line written or queued), so the newline framing holds whatever the senders do.
 
 use std::collections::VecDeque;
 use std::io::ErrorKind;
@@ -16,6 +19,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::{Buf, Bytes};
 use tokio::net::unix::pipe;
 use tokio::sync::Notify;
+
+/// Messages a sender writes for others after its own before a spawned task takes over: its
+/// own caller should not wait long for a crowd.
+const INLINE_WRITES: usize = 8;
 
 /// Why a message could not be written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +34,7 @@ pub(super) enum StdinError {
 pub(super) struct Stdin {
     pipe: pipe::Sender,
     queue: Mutex<Queue>,
-    /// Woken when queued messages were written (or the pipe broke): senders waiting for room.
+    /// Woken when a full queue shrank (or the pipe broke): senders waiting for room.
     room: Notify,
     limit: usize,
 }
@@ -36,9 +43,17 @@ pub(super) struct Stdin {
 struct Queue {
     /// Messages (the first one possibly in part) waiting for the pipe, in order.
     waiting: VecDeque<Bytes>,
-    /// A task is draining `waiting`.
-    flushing: bool,
+    /// A task (a sender or the flushing task) is writing; others queue behind it.
+    writing: bool,
     broken: bool,
+}
+
+/// How far one message got.
+enum Wrote {
+    All,
+    /// The pipe is full: the rest waits.
+    Part(Bytes),
+    Broken,
 }
 
 impl Stdin {
@@ -51,7 +66,7 @@ impl Stdin {
         })
     }
 
-    /// Writes one message (already framed), or queues it behind those waiting for the pipe.
+    /// Writes one message (already framed), or queues it behind the one being written.
     /// Waits only while `limit` messages are queued.
     pub(super) async fn write(self: &Arc<Self>, message: Vec<u8>) -> Result<(), StdinError> {
         loop {
@@ -61,7 +76,12 @@ impl Stdin {
                     return Err(StdinError::Closed);
                 }
                 if queue.waiting.len() < self.limit {
-                    return self.write_or_queue(&mut queue, message);
+                    if queue.writing {
+                        queue.waiting.push_back(Bytes::from(message));
+                        return Ok(());
+                    }
+                    queue.writing = true;
+                    break;
                 }
             }
             let room = self.room.notified();
@@ -76,37 +96,95 @@ impl Stdin {
                 room.await;
             }
         }
-    }
-
-    fn write_or_queue(
-        self: &Arc<Self>,
-        queue: &mut Queue,
-        message: Vec<u8>,
-    ) -> Result<(), StdinError> {
-        if queue.flushing {
-            queue.waiting.push_back(Bytes::from(message));
-            return Ok(());
+        // This task writes: its own message, then (a few of) those queued meanwhile.
+        match self.write_one(Bytes::from(message)) {
+            Wrote::All => {}
+            Wrote::Part(rest) => {
+                self.hand_over(Some(rest));
+                return Ok(());
+            }
+            Wrote::Broken => {
+                self.break_off();
+                return Err(StdinError::Closed);
+            }
         }
-        let mut written = 0;
-        while written < message.len() {
-            match self.pipe.try_write(&message[written..]) {
-                Ok(n) => written += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => {
-                    queue.broken = true;
-                    return Err(StdinError::Closed);
+        for _ in 0..INLINE_WRITES {
+            let Some(next) = self.next_queued() else {
+                return Ok(());
+            };
+            match self.write_one(next) {
+                Wrote::All => {}
+                Wrote::Part(rest) => {
+                    self.hand_over(Some(rest));
+                    return Ok(());
+                }
+                // Its own message went out; the others' fail with the process.
+                Wrote::Broken => {
+                    self.break_off();
+                    return Ok(());
                 }
             }
         }
-        if written < message.len() {
-            let mut rest = Bytes::from(message);
-            rest.advance(written);
-            queue.waiting.push_back(rest);
-            queue.flushing = true;
-            tokio::spawn(flush(self.clone()));
+        // Looked at and ended under one lock: a message queued in between is never stranded.
+        {
+            let mut queue = self.lock();
+            if queue.waiting.is_empty() {
+                queue.writing = false;
+                queue.waiting = VecDeque::new();
+                return Ok(());
+            }
         }
+        self.hand_over(None);
         Ok(())
+    }
+
+    /// Writes what the pipe takes now, outside the queue's lock (only the writing task calls
+    /// it).
+    fn write_one(&self, mut message: Bytes) -> Wrote {
+        while !message.is_empty() {
+            match self.pipe.try_write(&message) {
+                Ok(n) => message.advance(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Wrote::Part(message),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return Wrote::Broken,
+            }
+        }
+        Wrote::All
+    }
+
+    /// The next queued message for the writing task, or `None` (and the writing ends) when
+    /// there is none.
+    fn next_queued(&self) -> Option<Bytes> {
+        let mut queue = self.lock();
+        let was_full = queue.waiting.len() >= self.limit;
+        let next = queue.waiting.pop_front();
+        if next.is_none() {
+            queue.writing = false;
+            // Drained: the queue's room is freed until the pipe fills again.
+            queue.waiting = VecDeque::new();
+        }
+        drop(queue);
+        if was_full {
+            self.room.notify_waiters();
+        }
+        next
+    }
+
+    /// The spawned task takes over the writing: `rest` (a message cut by a full pipe) first.
+    fn hand_over(self: &Arc<Self>, rest: Option<Bytes>) {
+        if let Some(rest) = rest {
+            self.lock().waiting.push_front(rest);
+        }
+        tokio::spawn(flush(self.clone()));
+    }
+
+    fn break_off(&self) {
+        let mut queue = self.lock();
+        queue.broken = true;
+        queue.writing = false;
+        queue.waiting = VecDeque::new();
+        drop(queue);
+        self.room.notify_waiters();
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue> {
@@ -121,38 +199,27 @@ impl Stdin {
     }
 }
 
-/// Drains the queue as the pipe becomes writable; ends once it is empty or the pipe broke.
+/// Writes the queue out as the pipe becomes writable; ends once it is empty or the pipe broke.
 async fn flush(stdin: Arc<Stdin>) {
     loop {
-        let ready = stdin.pipe.writable().await;
-        let mut queue = stdin.lock();
-        if ready.is_err() {
-            queue.broken = true;
+        if stdin.pipe.writable().await.is_err() {
+            stdin.break_off();
+            return;
         }
-        while !queue.broken {
-            let Some(front) = queue.waiting.front_mut() else {
-                break;
-            };
-            match stdin.pipe.try_write(front) {
-                Ok(n) if n == front.len() => {
-                    queue.waiting.pop_front();
+        while let Some(next) = stdin.next_queued() {
+            match stdin.write_one(next) {
+                Wrote::All => {}
+                Wrote::Part(rest) => {
+                    stdin.lock().waiting.push_front(rest);
+                    break;
                 }
-                Ok(n) => front.advance(n),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => queue.broken = true,
+                Wrote::Broken => {
+                    stdin.break_off();
+                    return;
+                }
             }
         }
-        let done = queue.broken || queue.waiting.is_empty();
-        if done {
-            // Drained (or never to be): the queue's room is freed until the pipe fills again.
-            // A new pipe fills once at least: its first write finds no readiness reported yet.
-            queue.waiting = VecDeque::new();
-            queue.flushing = false;
-        }
-        drop(queue);
-        stdin.room.notify_waiters();
-        if done {
+        if !stdin.lock().writing {
             return;
         }
     }
@@ -170,7 +237,7 @@ mod tests {
     /// Messages larger than the pipe holds, from concurrent senders, with the reader slower
     /// than the writers: every message arrives whole and each sender's in its order; the
     /// queue bound makes senders wait instead of growing.
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn messages_arrive_whole_and_in_order_through_a_full_pipe() {
         let (tx, mut rx) = pipe::pipe().unwrap();
         let stdin = Stdin::new(tx, 4);
@@ -233,6 +300,65 @@ mod tests {
         }
         assert_eq!(next, [40, 40, 40]);
         assert_eq!(stdin.queued(), 0);
+    }
+
+    /// Many small messages from senders on two threads at once, read as fast as they come:
+    /// senders that find another writing queue behind it, and whoever writes takes their
+    /// messages along; every message arrives once, whole, each sender's in order, and none is
+    /// left in the queue.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_senders_never_lose_or_interleave_messages() {
+        let (tx, mut rx) = pipe::pipe().unwrap();
+        let stdin = Stdin::new(tx, 1024);
+        const SENDERS: usize = 8;
+        const EACH: usize = 2000;
+        let reader = tokio::spawn(async move {
+            let mut all = vec![];
+            let mut buf = vec![0; 64 * 1024];
+            while all.iter().filter(|b| **b == b'\n').count() < SENDERS * EACH {
+                let n = rx.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the pipe closed early");
+                all.extend_from_slice(&buf[..n]);
+            }
+            all
+        });
+        let mut senders = vec![];
+        for sender in 0..SENDERS {
+            let stdin = stdin.clone();
+            senders.push(tokio::spawn(async move {
+                for i in 0..EACH {
+                    let line = format!(
+                        "{{\"s\":{sender},\"i\":{i},\"pad\":\"{}\"}}\n",
+                        "p".repeat(i % 97)
+                    );
+                    stdin.write(line.into_bytes()).await.unwrap();
+                    if i % 64 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            }));
+        }
+        for s in senders {
+            s.await.unwrap();
+        }
+        let all = tokio::time::timeout(Duration::from_secs(20), reader)
+            .await
+            .expect("every message reached the reader (none stranded in the queue)")
+            .unwrap();
+        let mut next = [0usize; SENDERS];
+        for l in all.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let v: serde_json::Value = serde_json::from_slice(l).expect("a whole message");
+            let (sender, i) = (
+                v["s"].as_u64().unwrap() as usize,
+                v["i"].as_u64().unwrap() as usize,
+            );
+            assert_eq!(i, next[sender], "sender {sender}'s messages out of order");
+            assert_eq!(v["pad"].as_str().unwrap().len(), i % 97);
+            next[sender] += 1;
+        }
+        assert_eq!(next, [EACH; SENDERS]);
+        assert_eq!(stdin.queued(), 0);
+        assert!(!stdin.lock().writing, "the writing ended");
     }
 
     /// A reader that is gone: the sender gets an error (at once or once the queue's writes
