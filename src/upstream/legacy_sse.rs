@@ -366,34 +366,47 @@ fn sse_link(conn: &Connection) -> &SseLink {
     }
 }
 
-/// Reads session `id`'s stream until it ends, routing every `message` event.
-async fn read_stream(conn: Weak<Connection>, id: u64, mut resp: Response, mut parser: SseParser) {
-    let reason = 'stream: loop {
-        loop {
-            match parser.next_event() {
-                Ok(Some(event)) => {
-                    if !matches!(event.event.as_deref(), None | Some("message")) {
-                        tracing::debug!(event = ?event.event, "upstream SSE event ignored");
-                        continue;
+/// Reads session `id`'s stream until it ends, routing every `message` event. An `async move`
+/// block rather than an `async fn`: a function's parameters would be kept twice in the task
+/// for the stream's whole life (as arguments and as the locals they move into, ~0.35 KB per
+/// open upstream session).
+fn read_stream(
+    conn: Weak<Connection>,
+    id: u64,
+    resp: Response,
+    parser: SseParser,
+) -> impl std::future::Future<Output = ()> + Send {
+    let (mut resp, mut parser) = (resp, parser);
+    async move {
+        let reason = 'stream: loop {
+            loop {
+                match parser.next_event() {
+                    Ok(Some(event)) => {
+                        if !matches!(event.event.as_deref(), None | Some("message")) {
+                            tracing::debug!(event = ?event.event, "upstream SSE event ignored");
+                            continue;
+                        }
+                        if event.data.is_empty() {
+                            continue;
+                        }
+                        let Some(c) = conn.upgrade() else { return };
+                        c.on_message(event.data, None);
                     }
-                    if event.data.is_empty() {
-                        continue;
+                    Ok(None) => break,
+                    Err(e) => {
+                        break 'stream format!("its event stream sent an oversized event ({e})");
                     }
-                    let Some(c) = conn.upgrade() else { return };
-                    c.on_message(event.data, None);
                 }
-                Ok(None) => break,
-                Err(e) => break 'stream format!("its event stream sent an oversized event ({e})"),
             }
+            match resp.chunk().await {
+                Ok(Some(chunk)) => parser.push(&chunk),
+                Ok(None) => break "it ended its event stream".to_owned(),
+                Err(e) => break format!("its event stream broke off: {e}"),
+            }
+        };
+        if let Some(c) = conn.upgrade() {
+            sse_link(&c).lost(&c, id, reason);
         }
-        match resp.chunk().await {
-            Ok(Some(chunk)) => parser.push(&chunk),
-            Ok(None) => break "it ended its event stream".to_owned(),
-            Err(e) => break format!("its event stream broke off: {e}"),
-        }
-    };
-    if let Some(c) = conn.upgrade() {
-        sse_link(&c).lost(&c, id, reason);
     }
 }
 
