@@ -97,32 +97,30 @@ impl Stdin {
             }
         }
         // This task writes: its own message, then (a few of) those queued meanwhile.
-        match self.write_one(Bytes::from(message)) {
-            Wrote::All => {}
-            Wrote::Part(rest) => {
-                self.hand_over(Some(rest));
-                return Ok(());
-            }
-            Wrote::Broken => {
-                self.break_off();
-                return Err(StdinError::Closed);
-            }
-        }
-        for _ in 0..INLINE_WRITES {
-            let Some(next) = self.next_queued() else {
-                return Ok(());
-            };
-            match self.write_one(next) {
+        let mut message = Bytes::from(message);
+        for written in 0..=INLINE_WRITES {
+            match self.write_one(message) {
                 Wrote::All => {}
                 Wrote::Part(rest) => {
                     self.hand_over(Some(rest));
                     return Ok(());
                 }
-                // Its own message went out; the others' fail with the process.
                 Wrote::Broken => {
                     self.break_off();
-                    return Ok(());
+                    // Once its own message went out, the others' fail with the process.
+                    return if written == 0 {
+                        Err(StdinError::Closed)
+                    } else {
+                        Ok(())
+                    };
                 }
+            }
+            if written == INLINE_WRITES {
+                break;
+            }
+            match self.next_queued() {
+                Some(next) => message = next,
+                None => return Ok(()),
             }
         }
         // Looked at and ended under one lock: a message queued in between is never stranded.
