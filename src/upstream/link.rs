@@ -81,7 +81,10 @@ impl Connection {
         mcp: Option<McpHeaders>,
     ) -> Result<(), GatewayError> {
         match &self.link {
-            Link::Stdio(l) => l.send(&self.info.name, bytes).await,
+            Link::Stdio(l) => {
+                l.send(&self.info.name, bytes, self.info.request_timeout)
+                    .await
+            }
             Link::Http(l) => {
                 l.spawn_request(self.clone(), id, Bytes::from(bytes), trace, mcp);
                 Ok(())
@@ -94,7 +97,10 @@ impl Connection {
     /// Sends a notification (or a response) to the upstream.
     pub async fn send_message(self: &Arc<Self>, bytes: Vec<u8>) -> Result<(), GatewayError> {
         match &self.link {
-            Link::Stdio(l) => l.send(&self.info.name, bytes).await,
+            Link::Stdio(l) => {
+                l.send(&self.info.name, bytes, self.info.request_timeout)
+                    .await
+            }
             Link::Http(l) => Box::pin(l.post_message(self, Bytes::from(bytes))).await,
             Link::Sse(l) => Box::pin(l.post(self, Bytes::from(bytes), None)).await,
         }

@@ -9,7 +9,7 @@
 //! threads never wait for a system call. When the child reads slower than it is written to,
 //! the rest of a message and the messages after it wait in order in the queue, which one
 //! spawned task drains as the pipe becomes writable; senders wait once `limit` messages are
-//! queued. A message is never written in part (a sender cancelled mid-way still has its whole
+//! queued, each at most its `wait` (then the message is refused, not queued). A message is never written in part (a sender cancelled mid-way still has its whole
 //! line written or queued), so the newline framing holds whatever the senders do.
 
 use std::collections::VecDeque;
@@ -29,6 +29,8 @@ const INLINE_WRITES: usize = 8;
 pub(super) enum StdinError {
     /// The child closed its input (or the pipe failed): nothing more can be written.
     Closed,
+    /// `limit` messages stayed unread for the sender's whole wait: the child is not reading.
+    Full,
 }
 
 pub(super) struct Stdin {
@@ -67,8 +69,14 @@ impl Stdin {
     }
 
     /// Writes one message (already framed), or queues it behind the one being written.
-    /// Waits only while `limit` messages are queued.
-    pub(super) async fn write(self: &Arc<Self>, message: Vec<u8>) -> Result<(), StdinError> {
+    /// Waits only while `limit` messages are queued, and at most `wait`. (The queue may also
+    /// hold the rest of a message the full pipe cut: one more, already accepted.)
+    pub(super) async fn write(
+        self: &Arc<Self>,
+        message: Vec<u8>,
+        wait: std::time::Duration,
+    ) -> Result<(), StdinError> {
+        let mut deadline = None;
         loop {
             {
                 let mut queue = self.lock();
@@ -93,7 +101,10 @@ impl Stdin {
                 !queue.broken && queue.waiting.len() >= self.limit
             };
             if full {
-                room.await;
+                let deadline = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + wait);
+                if tokio::time::timeout_at(deadline, room).await.is_err() {
+                    return Err(StdinError::Full);
+                }
             }
         }
         // This task writes: its own message, then (a few of) those queued meanwhile.
@@ -251,9 +262,13 @@ mod tests {
             senders.push(tokio::spawn(async move {
                 let mut most = 0;
                 for i in 0..40 {
-                    stdin.write(line(sender, i)).await.unwrap();
+                    stdin
+                        .write(line(sender, i), Duration::from_secs(30))
+                        .await
+                        .unwrap();
                     let queued = stdin.queued();
-                    assert!(queued <= 4, "the queue exceeded its bound");
+                    // Four whole messages, and the rest of one cut by the full pipe.
+                    assert!(queued <= 4 + 1, "the queue exceeded its bound");
                     most = most.max(queued);
                 }
                 most
@@ -329,7 +344,10 @@ mod tests {
                         "{{\"s\":{sender},\"i\":{i},\"pad\":\"{}\"}}\n",
                         "p".repeat(i % 97)
                     );
-                    stdin.write(line.into_bytes()).await.unwrap();
+                    stdin
+                        .write(line.into_bytes(), Duration::from_secs(30))
+                        .await
+                        .unwrap();
                     if i % 64 == 0 {
                         tokio::task::yield_now().await;
                     }
@@ -359,6 +377,38 @@ mod tests {
         assert!(!stdin.lock().writing, "the writing ended");
     }
 
+    /// A child that never reads: once `limit` messages wait, a sender waits at most its
+    /// `wait` and is refused (its message not queued); the queue stays at its bound.
+    #[tokio::test(start_paused = true)]
+    async fn a_child_that_never_reads_refuses_senders_after_their_wait() {
+        let (tx, _rx) = pipe::pipe().unwrap();
+        let stdin = Stdin::new(tx, 3);
+        let wait = Duration::from_secs(5);
+        // Fill the pipe, then the queue: the flushing task gets its turns in between, so
+        // messages stay queued only once the pipe holds no more.
+        let mut sent = 0;
+        loop {
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+            if stdin.queued() >= 3 {
+                break;
+            }
+            stdin.write(vec![b'x'; 16 * 1024], wait).await.unwrap();
+            sent += 1;
+            assert!(sent < 100, "the pipe never filled");
+        }
+        let started = tokio::time::Instant::now();
+        let refused = stdin.write(b"{}\n".to_vec(), wait).await;
+        assert_eq!(refused, Err(StdinError::Full));
+        assert_eq!(
+            started.elapsed(),
+            wait,
+            "refused after its wait, not before"
+        );
+        assert_eq!(stdin.queued(), 3, "the refused message was not queued");
+    }
+
     /// A reader that is gone: the sender gets an error (at once or once the queue's writes
     /// fail), never a hang.
     #[tokio::test]
@@ -368,9 +418,12 @@ mod tests {
         drop(rx);
         let mut failed = false;
         for _ in 0..10 {
-            let r = tokio::time::timeout(Duration::from_secs(5), stdin.write(vec![b'x'; 100_000]))
-                .await
-                .expect("a write to a closed pipe hung");
+            let r = tokio::time::timeout(
+                Duration::from_secs(5),
+                stdin.write(vec![b'x'; 100_000], Duration::from_secs(5)),
+            )
+            .await
+            .expect("a write to a closed pipe hung");
             if r == Err(StdinError::Closed) {
                 failed = true;
                 break;

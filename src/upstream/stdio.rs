@@ -16,7 +16,7 @@ use tokio::sync::{Notify, oneshot, watch};
 
 use super::connection::Connection;
 use super::handshake;
-use super::stdin::Stdin;
+use super::stdin::{Stdin, StdinError};
 use crate::config::StdioConfig;
 use crate::error::GatewayError;
 
@@ -27,7 +27,8 @@ const SAFE_ENV: &[&str] = &[
 ];
 /// How long a child may take to exit after its stdin closes, and then after SIGTERM.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
-/// Messages queued for a child's stdin before senders wait.
+/// Messages queued for a child's stdin before senders wait (each at most the upstream's
+/// `request_timeout`, then refused with a clear error).
 const WRITE_QUEUE: usize = 1024;
 /// Longest stderr line kept in the logs.
 const MAX_STDERR_LINE: usize = 8 * 1024;
@@ -127,8 +128,14 @@ impl StdioLink {
             })
     }
 
-    /// Queues one message for the child's stdin (a newline is appended here).
-    pub async fn send(&self, upstream: &str, mut bytes: Vec<u8>) -> Result<(), GatewayError> {
+    /// Writes (or queues) one message for the child's stdin (a newline is appended here);
+    /// waits at most `wait` for room while the queue is full.
+    pub async fn send(
+        &self,
+        upstream: &str,
+        mut bytes: Vec<u8>,
+        wait: Duration,
+    ) -> Result<(), GatewayError> {
         // Raw newlines can only be insignificant whitespace in valid JSON (inside strings they
         // must be escaped), so replacing them keeps the message intact and the framing sound.
         for b in bytes.iter_mut() {
@@ -144,13 +151,19 @@ impl StdioLink {
                 reason: "the process is not running".into(),
             });
         };
-        writer
-            .write(bytes)
-            .await
-            .map_err(|_| GatewayError::UpstreamClosed {
+        writer.write(bytes, wait).await.map_err(|e| match e {
+            StdinError::Closed => GatewayError::UpstreamClosed {
                 upstream: upstream.to_owned(),
                 reason: "the process stopped reading its input".into(),
-            })
+            },
+            StdinError::Full => GatewayError::UpstreamUnavailable {
+                upstream: upstream.to_owned(),
+                reason: format!(
+                    "the process has not read its input for {}ms ({WRITE_QUEUE} messages waiting)",
+                    wait.as_millis()
+                ),
+            },
+        })
     }
 
     /// Shuts the child down (stdin close → SIGTERM → SIGKILL) and waits for the supervisor.
