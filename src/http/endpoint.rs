@@ -193,17 +193,16 @@ pub(super) fn describe(span: &tracing::Span, parts: &Parts, message: &Message<'_
         Message::Notification(n) => (Some(&*n.method), n.params),
         Message::Response(_) => (None, None),
     };
-    match (method, message) {
-        (Some(m), Message::Request(r)) => telemetry::name_request(span, m, r.id.get()),
-        (Some(m), _) => {
-            span.record("mcp.method.name", m);
+    if let Some(m) = method {
+        match message {
+            Message::Request(r) => telemetry::name_request(span, m, r.id.get()),
+            _ => {
+                span.record("mcp.method.name", m);
+            }
         }
-        (None, _) => {}
-    }
-    if let Some(m) = method
-        && telemetry::enabled()
-    {
-        span.record("otel.name", m);
+        if telemetry::enabled() {
+            span.record("otel.name", m);
+        }
     }
     traced(span, params, parts);
     method.map_or("response", crate::protocol::Method::label)

@@ -188,26 +188,25 @@ impl Upstream {
             last_server: std::sync::Mutex::default(),
         });
         let kind = match &config.transport {
-            UpstreamTransport::Stdio(s) if s.sharing == StdioSharing::Shared => {
-                let s = Arc::new(s.clone());
-                let pool = (0..s.pool_size.max(1))
-                    .map(|_| {
-                        let conn = Arc::new(Connection::new(
-                            info.clone(),
-                            InitParams::gateway_default(),
-                            Owner::Shared(directory.clone()),
-                            Link::Stdio(StdioLink::new(s.clone())),
-                        ));
-                        start_stdio(&conn);
-                        conn
-                    })
-                    .collect();
-                UpstreamKind::Stdio { pool, config: s }
+            UpstreamTransport::Stdio(s) => {
+                let config = Arc::new(s.clone());
+                let pool = match s.sharing {
+                    StdioSharing::Shared => (0..s.pool_size.max(1))
+                        .map(|_| {
+                            let conn = Arc::new(Connection::new(
+                                info.clone(),
+                                InitParams::gateway_default(),
+                                Owner::Shared(directory.clone()),
+                                Link::Stdio(StdioLink::new(config.clone())),
+                            ));
+                            start_stdio(&conn);
+                            conn
+                        })
+                        .collect(),
+                    StdioSharing::PerSession => Box::default(),
+                };
+                UpstreamKind::Stdio { pool, config }
             }
-            UpstreamTransport::Stdio(s) => UpstreamKind::Stdio {
-                pool: Box::default(),
-                config: Arc::new(s.clone()),
-            },
             UpstreamTransport::Http(h) => {
                 let url = url::Url::parse(&h.url).map_err(|e| format!("invalid URL: {e}"))?;
                 let client = Arc::new(OriginClient::new(&url, config.init_timeout)?);

@@ -359,19 +359,13 @@ async fn start(
     closing: &Closing,
 ) -> Result<Running, RunEnd> {
     let spawned = match conn.upgrade() {
-        Some(c) => spawn(&link(&c).config),
+        Some(c) => {
+            let config = &link(&c).config;
+            spawn(config).map_err(|e| format!("failed to start {:?}: {e}", config.command))
+        }
         None => return Err(RunEnd::Closed),
     };
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            let command = conn.upgrade().map(|c| link(&c).config.command.clone());
-            return Err(RunEnd::Exited(format!(
-                "failed to start {:?}: {e}",
-                command.unwrap_or_default()
-            )));
-        }
-    };
+    let mut child = spawned.map_err(RunEnd::Exited)?;
     let counted = RunningProcess::counted();
     let pid = child.id().unwrap_or(0);
     let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
