@@ -14,6 +14,7 @@ pub mod body;
 pub mod fds;
 mod refuse;
 pub mod reload;
+mod repoll;
 pub mod tls;
 mod watchdog;
 
@@ -271,7 +272,7 @@ pub async fn serve(
                         accepted: Instant::now(),
                         _ticket: ticket,
                     };
-                    connections.spawn(conn.run(tcp, tls.clone()));
+                    connections.spawn(repoll::Repoll::new(conn.run(tcp, tls.clone())));
                 }
                 Err(e) => accept_error(e).await,
             },
