@@ -140,7 +140,11 @@ fn log_layer(
         .with_writer(writer)
         .with_timer(text::Clock);
     match format {
-        LogFormat::Text => base.fmt_fields(text::Fields).with_filter(filter).boxed(),
+        LogFormat::Text => base
+            .fmt_fields(text::Fields)
+            .event_format(text::Line::new())
+            .with_filter(filter)
+            .boxed(),
         LogFormat::Json => base
             .json()
             .flatten_event(true)

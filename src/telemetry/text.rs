@@ -1,17 +1,100 @@
 //! The text log format's hot parts, written without `core::fmt` where the value allows: the
-//! fields of spans and events (`Fields`) and the timestamp (`Clock`). Every request records
-//! several span fields and a tool call writes an audit line, so these run per call; the output
-//! is exactly `tracing_subscriber`'s default text format, which handles every case not taken
-//! here (messages, `%`/`?` values, errors, strings that need escaping).
+//! line around an event's fields (`Line`), the fields of spans and events (`Fields`) and the
+//! timestamp (`Clock`). Every request records several span fields and a tool call writes an
+//! audit line, so these run per call; the output is exactly `tracing_subscriber`'s default
+//! text format (without colours), which handles every case not taken here (errors, raw
+//! identifiers, strings that need escaping).
 
 use std::cell::Cell;
 use std::fmt;
 
 use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::field::{RecordFields, VisitOutput};
-use tracing_subscriber::fmt::FormatFields;
-use tracing_subscriber::fmt::format::{DefaultVisitor, Writer};
+use tracing_subscriber::fmt::format::{DefaultVisitor, Format, Full, Writer};
 use tracing_subscriber::fmt::time::FormatTime;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
+use tracing_subscriber::registry::LookupSpan;
+
+/// The default format's line: `<time> <level> <span>{<fields>}:<span>…: <target>: <fields>`,
+/// written piece by piece (the default writes each piece through `core::fmt`).
+#[derive(Debug, Clone, Copy)]
+pub struct Line {
+    /// Whether lines start with the time (tests leave it out to compare lines).
+    time: bool,
+}
+
+impl Line {
+    pub fn new() -> Line {
+        Line { time: true }
+    }
+}
+
+impl<S, N> FormatEvent<S, N> for Line
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut w: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        if w.has_ansi_escapes() {
+            // Colours (never on in this build): the default format paints every piece.
+            let full: Format<Full, Clock> = Format::default().with_timer(Clock);
+            return if self.time {
+                full.format_event(ctx, w, event)
+            } else {
+                full.without_time().format_event(ctx, w, event)
+            };
+        }
+        if self.time {
+            if Clock.format_time(&mut w).is_err() {
+                w.write_str("<unknown time>")?;
+            }
+            w.write_char(' ')?;
+        }
+        let meta = event.metadata();
+        w.write_str(level_text(meta.level()))?;
+        w.write_char(' ')?;
+        if let Some(scope) = ctx.event_scope() {
+            let mut seen = false;
+            for span in scope.from_root() {
+                w.write_str(span.metadata().name())?;
+                seen = true;
+                let ext = span.extensions();
+                if let Some(fields) = ext.get::<FormattedFields<N>>()
+                    && !fields.is_empty()
+                {
+                    w.write_char('{')?;
+                    w.write_str(fields)?;
+                    w.write_char('}')?;
+                }
+                w.write_char(':')?;
+            }
+            if seen {
+                w.write_char(' ')?;
+            }
+        }
+        w.write_str(meta.target())?;
+        w.write_str(": ")?;
+        ctx.format_fields(w.by_ref(), event)?;
+        w.write_char('\n')
+    }
+}
+
+/// A level as the default format writes it, padded to five characters.
+fn level_text(level: &Level) -> &'static str {
+    match *level {
+        Level::TRACE => "TRACE",
+        Level::DEBUG => "DEBUG",
+        Level::INFO => " INFO",
+        Level::WARN => " WARN",
+        Level::ERROR => "ERROR",
+    }
+}
 
 /// Formats fields as `name=value` separated by spaces, like the default text format.
 #[derive(Debug, Default, Clone, Copy)]
@@ -120,7 +203,60 @@ impl Visit for Visitor<'_> {
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.by_default(|d| d.record_debug(field, value));
+        let name = field.name();
+        if name.starts_with("r#") || self.result.is_err() {
+            self.by_default(|d| d.record_debug(field, value));
+            return;
+        }
+        let w = &mut self.writer;
+        let first = std::mem::replace(&mut self.empty, false);
+        self.result = (|| {
+            if !first {
+                w.write_char(' ')?;
+            }
+            if name == "message" {
+                // Escaped as the default does, against terminal injection.
+                if w.sanitizes_ansi_escapes() {
+                    fmt::Write::write_fmt(&mut Sanitized(w), format_args!("{value:?}"))
+                } else {
+                    write!(w, "{value:?}")
+                }
+            } else {
+                w.write_str(name)?;
+                w.write_char('=')?;
+                write!(w, "{value:?}")
+            }
+        })();
+    }
+}
+
+/// Writes a message with the characters a terminal would act on escaped, exactly as the
+/// default format does (ESC, BEL, BS, FF, DEL as `\x..`, C1 controls as `\u{..}`), runs of
+/// other characters at once.
+struct Sanitized<'a, 'w>(&'a mut Writer<'w>);
+
+impl fmt::Write for Sanitized<'_, '_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let mut from = 0;
+        for (at, ch) in s.char_indices() {
+            let escape = match ch {
+                '\x1b' => "\\x1b",
+                '\x07' => "\\x07",
+                '\x08' => "\\x08",
+                '\x0c' => "\\x0c",
+                '\x7f' => "\\x7f",
+                '\u{80}'..='\u{9f}' => "",
+                _ => continue,
+            };
+            self.0.write_str(&s[from..at])?;
+            if escape.is_empty() {
+                write!(self.0, "\\u{{{:x}}}", ch as u32)?;
+            } else {
+                self.0.write_str(escape)?;
+            }
+            from = at + ch.len_utf8();
+        }
+        self.0.write_str(&s[from..])
     }
 }
 
@@ -212,7 +348,8 @@ mod tests {
             .without_time()
             .with_writer(capture.clone());
         if ours {
-            tracing::subscriber::with_default(base.fmt_fields(Fields).finish(), &emit);
+            let ours = base.fmt_fields(Fields).event_format(Line { time: false });
+            tracing::subscriber::with_default(ours.finish(), &emit);
         } else {
             tracing::subscriber::with_default(base.finish(), &emit);
         }
@@ -255,7 +392,15 @@ mod tests {
             );
             tracing::warn!("only a message");
             tracing::info!(late = 1u64, "message {} after", "args");
+            let inner = tracing::info_span!("upstream call", upstream = "demo", n = 3u64);
+            let _inner = inner.enter();
+            let bare = tracing::info_span!("bare");
+            let _bare = bare.enter();
+            tracing::error!(target: "switchyard::audit", tenant = %"t\u{9b}x", "c1 \u{9b}\u{7f}\u{7}\u{8}\u{c} end");
+            tracing::info!(r#raw = %"shown", "{}", "args only");
         };
+        let outside = || tracing::info!(tool = %"echo", n = 1u64, "no span");
+        assert_eq!(lines(true, outside), lines(false, outside));
         let default = lines(false, emit);
         assert!(default.contains("tenant=\"load\""), "{default}");
         assert_eq!(lines(true, emit), default);
