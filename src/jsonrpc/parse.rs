@@ -117,7 +117,12 @@ pub fn parse(input: &[u8]) -> Result<Message<'_>, ParseError> {
             };
         }
     }
-    let env: Envelope<'_> = match serde_json::from_slice(input) {
+    // Text known to be UTF-8 is read without checking each string and raw member again.
+    let read = match std::str::from_utf8(input) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(input),
+    };
+    let env: Envelope<'_> = match read {
         Ok(env) => env,
         Err(e) if e.is_syntax() || e.is_eof() => return Err(ParseError::NotJson(e.to_string())),
         Err(_) => {

@@ -191,11 +191,17 @@ fn has_duplicate(text: &str) -> bool {
 #[test]
 fn the_scanner_finds_exactly_the_duplicates_and_accepted_text_reads_the_same_everywhere() {
     let mut rng = StdRng::seed_from_u64(0x5eed_0001);
-    let (mut refused, mut accepted) = (0, 0);
+    let (mut refused, mut accepted, mut plain) = (0, 0, 0);
     for _ in 0..20_000 {
         let text = value_text(&mut rng, 0);
         let duplicate = has_duplicate(&text);
         assert_eq!(strict::check(text.as_bytes()).is_err(), duplicate, "{text}");
+        // The allocation-free pass vouches only for what the full scan accepts.
+        if strict::plain(text.as_bytes()) {
+            plain += 1;
+            assert_eq!(strict::full(text.as_bytes()), Ok(()), "{text}");
+        }
+        assert_eq!(strict::full(text.as_bytes()).is_err(), duplicate, "{text}");
         if duplicate {
             refused += 1;
         } else {
@@ -205,8 +211,8 @@ fn the_scanner_finds_exactly_the_duplicates_and_accepted_text_reads_the_same_eve
     }
     // The generator exercises both sides.
     assert!(
-        refused > 1_000 && accepted > 1_000,
-        "{refused} / {accepted}"
+        refused > 1_000 && accepted > 1_000 && plain > 1_000,
+        "{refused} / {accepted} / {plain}"
     );
 }
 

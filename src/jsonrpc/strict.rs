@@ -43,9 +43,99 @@ const MAX_PATH: usize = 200;
 /// Checks that no object in `input` (a JSON text, already validated by `serde_json`) has two
 /// members of the same name, comparing names after unescaping as every parser does.
 ///
-/// Iterative (no recursion, whatever the nesting), one pass, two small allocations for a
-/// message of ordinary shape whose names have no escapes.
+/// Iterative (no recursion, whatever the nesting), one pass; a message of ordinary shape whose
+/// names have no escapes is told apart without allocating ([`plain`]), anything else (and every
+/// ambiguity, for its path) by the full scan.
 pub fn check(input: &[u8]) -> Result<(), Ambiguity> {
+    if plain(input) {
+        return Ok(());
+    }
+    full(input)
+}
+
+/// Nesting the allocation-free pass follows; deeper messages take the full scan.
+const PLAIN_DEPTH: usize = 32;
+/// Member names the allocation-free pass holds at once (of all open objects).
+const PLAIN_NAMES: usize = 32;
+
+/// Whether `input` (valid JSON) certainly has unique member names in every object: no name
+/// with an escape, no two siblings with the same bytes, nesting and open names within the
+/// fixed bounds above. `false` means only "ask the full scan".
+pub(super) fn plain(input: &[u8]) -> bool {
+    // Per open container: where its names start in `names`, and whether it is an object.
+    let mut starts = [0u8; PLAIN_DEPTH];
+    let mut objects = [false; PLAIN_DEPTH];
+    let mut depth = 0;
+    // Where each name starts and ends (a message past 4 GiB takes the full scan).
+    if u32::try_from(input.len()).is_err() {
+        return false;
+    }
+    let mut names = [(0u32, 0u32); PLAIN_NAMES];
+    let mut count = 0;
+    // The next string is a member name (valid JSON: only after `{` or an object's `,`).
+    let mut expect_name = false;
+    let mut i = 0;
+    while i < input.len() {
+        let b = input[i];
+        if !STRUCTURAL[b as usize] {
+            i += 1;
+            continue;
+        }
+        match b {
+            b'"' => {
+                let (end, escaped) = string_end(input, i + 1);
+                if expect_name {
+                    let Some(name) = input.get(i + 1..end) else {
+                        return false;
+                    };
+                    if escaped || count == PLAIN_NAMES || depth == 0 {
+                        return false;
+                    }
+                    let siblings = &names[usize::from(starts[depth - 1])..count];
+                    if siblings
+                        .iter()
+                        .any(|&(s, e)| &input[s as usize..e as usize] == name)
+                    {
+                        return false;
+                    }
+                    // Both within the input, whose length fits a u32 (checked above).
+                    names[count] = (i as u32 + 1, end as u32);
+                    count += 1;
+                    expect_name = false;
+                }
+                i = end + 1;
+                continue;
+            }
+            b'{' | b'[' => {
+                if depth == PLAIN_DEPTH {
+                    return false;
+                }
+                // `count` <= PLAIN_NAMES (32) fits a byte.
+                starts[depth] = count as u8;
+                objects[depth] = b == b'{';
+                depth += 1;
+                expect_name = b == b'{';
+            }
+            b'}' | b']' => {
+                if depth > 0 {
+                    depth -= 1;
+                    count = usize::from(starts[depth]);
+                }
+                expect_name = false;
+            }
+            _ => {
+                // b',': an object's next member starts with its name.
+                expect_name = depth > 0 && objects[depth - 1];
+            }
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The full scan: any nesting, any number of names, escaped names unescaped, and the path of
+/// the first ambiguity.
+pub(super) fn full(input: &[u8]) -> Result<(), Ambiguity> {
     let mut scan = Scan {
         input,
         frames: Vec::with_capacity(8),
@@ -348,6 +438,34 @@ mod tests {
         // A duplicate found before the switch, and names escaped after it.
         let bad = format!("{{{},\"k\\u0039\":0}}", members.join(","));
         assert_eq!(dup(&bad), "[\"k\\u0039\"]");
+    }
+
+    #[test]
+    fn the_plain_pass_defers_what_it_cannot_tell() {
+        // Plain and unique: told without the full scan.
+        assert!(plain(
+            br#"{"jsonrpc":"2.0","id":1,"params":{"a":[{"a":1},{"a":2}],"b":{}}}"#
+        ));
+        // Duplicates, escaped names, deep nesting and many names go to the full scan.
+        assert!(!plain(br#"{"a":1,"b":{"c":1,"c":2}}"#));
+        assert!(!plain(br#"{"a\u0062":1}"#));
+        let deep = format!(
+            "{}{}",
+            "[".repeat(PLAIN_DEPTH + 1),
+            "]".repeat(PLAIN_DEPTH + 1)
+        );
+        assert!(!plain(deep.as_bytes()));
+        assert_eq!(check(deep.as_bytes()), Ok(()));
+        let members: Vec<String> = (0..PLAIN_NAMES + 1)
+            .map(|i| format!("\"k{i}\":{i}"))
+            .collect();
+        let wide = format!("{{{}}}", members.join(","));
+        assert!(!plain(wide.as_bytes()));
+        assert_eq!(check(wide.as_bytes()), Ok(()));
+        // Names of closed objects are forgotten: siblings only.
+        let many: Vec<String> = (0..40).map(|i| format!("{{\"k{i}\":1,\"x\":2}}")).collect();
+        let long = format!("[{}]", many.join(","));
+        assert!(plain(long.as_bytes()));
     }
 
     #[test]
