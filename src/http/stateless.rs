@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, Response, StatusCode};
+use axum::http::{HeaderMap, HeaderName, Response, StatusCode};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
@@ -192,7 +192,10 @@ fn target_name(method: &str, params: Option<&RawObject<'_>>) -> Option<String> {
 }
 
 /// The value of a header that may appear once.
-fn single<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h [u8]>, GatewayError> {
+fn single<'h>(
+    headers: &'h HeaderMap,
+    name: &'static HeaderName,
+) -> Result<Option<&'h [u8]>, GatewayError> {
     let value = mcp::once(headers, name).map_err(|mcp::Repeated| {
         GatewayError::HeaderMismatch(format!("the {name} header must appear once"))
     })?;
@@ -208,7 +211,7 @@ fn check_headers(
     name: Option<&str>,
 ) -> Result<(), GatewayError> {
     let mismatch = |s: String| GatewayError::HeaderMismatch(s);
-    let version = single(headers, mcp::PROTOCOL_VERSION)?
+    let version = single(headers, &mcp::name::PROTOCOL_VERSION)?
         .ok_or_else(|| mismatch("the MCP-Protocol-Version header is required".into()))?;
     if version != meta.protocol_version.as_bytes() {
         return Err(mismatch(format!(
@@ -217,7 +220,7 @@ fn check_headers(
             meta.protocol_version
         )));
     }
-    let method = single(headers, mcp::METHOD)?
+    let method = single(headers, &mcp::name::METHOD)?
         .ok_or_else(|| mismatch("the Mcp-Method header is required".into()))?;
     if method != req.method.as_bytes() {
         return Err(mismatch(format!(
@@ -229,7 +232,7 @@ fn check_headers(
     if modern::name_field(&req.method).is_none() {
         return Ok(());
     }
-    let header = single(headers, mcp::NAME)?
+    let header = single(headers, &mcp::name::NAME)?
         .ok_or_else(|| mismatch("the Mcp-Name header is required".into()))?;
     let decoded = modern::decode_header_value(header)
         .ok_or_else(|| mismatch("the Mcp-Name header value has invalid characters".into()))?;
