@@ -58,8 +58,21 @@ fn admits(media: &str, mime: &str) -> bool {
             .is_some_and(|t| t.eq_ignore_ascii_case(ty))
 }
 
+/// What hosts send on every POST (the official SDKs' value, in either order): admitted by
+/// comparing bytes, without reading the media ranges.
+const USUAL_POST_ACCEPT: [&[u8]; 2] = [
+    b"application/json, text/event-stream",
+    b"text/event-stream, application/json",
+];
+
 /// POST must accept both JSON and SSE answers.
 pub fn check_post_accept(headers: &HeaderMap) -> Result<(), GatewayError> {
+    let mut values = headers.get_all(header::ACCEPT).iter();
+    if let (Some(only), None) = (values.next(), values.next())
+        && USUAL_POST_ACCEPT.contains(&only.as_bytes())
+    {
+        return Ok(());
+    }
     if admitted(headers, ["application/json", "text/event-stream"]) == [true, true] {
         Ok(())
     } else {
@@ -163,6 +176,11 @@ mod tests {
     fn accept_rules() {
         let both = with("accept", "application/json, text/event-stream");
         assert!(check_post_accept(&both).is_ok());
+        assert!(check_post_accept(&with("accept", "text/event-stream, application/json")).is_ok());
+        // The usual value beside another field: read as one list, as ever.
+        let mut more = both.clone();
+        more.append("accept", HeaderValue::from_static("text/html"));
+        assert!(check_post_accept(&more).is_ok());
         assert!(check_post_accept(&with("accept", "application/json")).is_err());
         assert!(check_post_accept(&with("accept", "*/*")).is_ok());
         assert!(check_post_accept(&with("accept", "application/*, text/*")).is_ok());
