@@ -89,7 +89,12 @@ impl Credentials {
 
     /// The headers to send on the next upstream request.
     pub async fn headers(&self) -> Result<HeaderMap, GatewayError> {
-        let mut h = self.static_headers.clone();
+        // Sized for what callers add (Accept, the session's and the request's MCP headers,
+        // Content-Type, Host, trace context): no growth and rehash while a request is built.
+        let mut h = HeaderMap::with_capacity(self.static_headers.len() + self.files.len() + 12);
+        for (name, value) in &self.static_headers {
+            h.append(name.clone(), value.clone());
+        }
         self.refresh_files(false);
         if let Ok(state) = self.file_state.lock() {
             for ((name, _), value) in self.files.iter().zip(&state.values) {
