@@ -229,10 +229,7 @@ impl Conn {
                     return Ok(None);
                 }
                 BodyState::Length(left) => {
-                    if self.buf.is_empty() && self.fill().await? == 0 {
-                        return Err(H1Error::ClosedInBody);
-                    }
-                    let take = self.take(left);
+                    let take = self.take_some(left).await?;
                     *state = BodyState::Length(left - take.len() as u64);
                     return Ok(Some(take));
                 }
@@ -255,10 +252,7 @@ impl Conn {
                     None => self.fill_or(H1Error::ClosedInBody).await?,
                 },
                 BodyState::ChunkData(left) => {
-                    if self.buf.is_empty() && self.fill().await? == 0 {
-                        return Err(H1Error::ClosedInBody);
-                    }
-                    let take = self.take(left);
+                    let take = self.take_some(left).await?;
                     let left = left - take.len() as u64;
                     *state = if left == 0 {
                         BodyState::ChunkEnd
@@ -328,12 +322,16 @@ impl Conn {
         }
     }
 
-    /// Up to `left` buffered bytes.
-    fn take(&mut self, left: u64) -> Bytes {
+    /// Up to `left` bytes of a body whose end is announced: what is buffered, or what the
+    /// next read brings; the connection closing first is an error.
+    async fn take_some(&mut self, left: u64) -> Result<Bytes, H1Error> {
+        if self.buf.is_empty() {
+            self.fill_or(H1Error::ClosedInBody).await?;
+        }
         let n = usize::try_from(left)
             .unwrap_or(usize::MAX)
             .min(self.buf.len());
-        self.buf.split_to(n).freeze()
+        Ok(self.buf.split_to(n).freeze())
     }
 
     /// The next line (without its CRLF or LF) if a whole one is buffered; an error when more
