@@ -249,7 +249,8 @@ impl Metrics {
     /// upstream is full), `listener_queue` (a `subscriptions/listen` stream's queue is full),
     /// `bus_backlog` (too many deliveries to another replica in flight), `mirror_backlog` (the
     /// stream's copy in Redis is behind; the local log still has it), `relay_backlog` (a retry
-    /// continued by another replica sends faster than its client reads).
+    /// continued by another replica sends faster than its client reads), `upstream_backlog` (a
+    /// client's notification for an upstream that has not taken the last 64 yet).
     pub fn dropped_notification(&self, reason: &'static str) {
         self.notifications_dropped
             .with_label_values(&[reason])

@@ -218,9 +218,17 @@ pub async fn handle_forwarded(tenant: &Arc<Tenant>, session: &Arc<LiveSession>, 
     }
 }
 
+/// Relays a client notification in the background, unless the upstream has not taken the
+/// last [`MAX_RELAYS`](crate::upstream::MAX_RELAYS) yet: then it is dropped and counted.
 fn relay_notification(conn: Arc<Connection>, method: &str, params: Option<&RawValue>) {
+    let Some(slot) = conn.relay_slot() else {
+        crate::metrics::get().dropped_notification("upstream_backlog");
+        tracing::debug!(upstream = %conn.upstream_name(), method, "client notification dropped: the upstream has not taken the ones before it");
+        return;
+    };
     let bytes = jsonrpc::notification(method, params);
     tokio::spawn(async move {
+        let conn = slot.connection();
         if let Err(e) = conn.send_message(bytes).await {
             tracing::debug!(upstream = %conn.upstream_name(), error = %e, "notification not relayed");
         }

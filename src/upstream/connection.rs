@@ -5,7 +5,7 @@
 //! everything the upstream sends back), `link.rs` (the transports), `subscribe.rs` (resource
 //! subscriptions).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 
 use serde_json::value::RawValue;
@@ -62,6 +62,29 @@ pub struct Connection {
     pub(crate) init_params: InitParams,
     pub(crate) link: Link,
     pub(super) owner: Owner,
+    /// Client notifications being relayed to the upstream now (at most [`MAX_RELAYS`]).
+    relays: AtomicU32,
+}
+
+/// Client notifications one upstream connection relays at once. Each waits for the upstream
+/// to take it (a stdio process's input, an HTTP POST) at most the request timeout; beyond this
+/// many, further ones are dropped and counted, so a client sending notifications faster than
+/// the upstream takes them holds neither tasks nor memory without bound.
+pub const MAX_RELAYS: u32 = 64;
+
+/// A relay's place among [`MAX_RELAYS`], given back when dropped.
+pub struct RelaySlot(Arc<Connection>);
+
+impl RelaySlot {
+    pub fn connection(&self) -> &Arc<Connection> {
+        &self.0
+    }
+}
+
+impl Drop for RelaySlot {
+    fn drop(&mut self) {
+        self.0.relays.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Connection {
@@ -86,7 +109,18 @@ impl Connection {
             init_params,
             link,
             owner,
+            relays: AtomicU32::new(0),
         }
+    }
+
+    /// A place to relay one client notification, if fewer than [`MAX_RELAYS`] are under way.
+    pub fn relay_slot(self: &Arc<Self>) -> Option<RelaySlot> {
+        self.relays
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_RELAYS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| RelaySlot(self.clone()))
     }
 
     pub fn upstream_name(&self) -> &str {

@@ -34,7 +34,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use catalog::{Catalog, Page, PageKey};
-pub use connection::{Connection, InternalReply};
+pub use connection::{Connection, InternalReply, MAX_RELAYS, RelaySlot};
 pub use handshake::{InitParams, UpstreamServer, error_message};
 pub use health::{Failure, Handshake, Health, HealthReport, State};
 pub use link::{Ending, Link};

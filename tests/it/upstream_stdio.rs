@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::support::client::RawClient;
-use crate::support::config::{config, demo_stdio, tenant, upstream};
+use crate::support::config::{config, demo_stdio, stdio, tenant, upstream};
 use crate::support::gateway::TestGateway;
 use crate::support::peers::everything_stdio;
 use crate::support::{TempDir, eventually, process_gone, read_trace};
@@ -456,5 +456,121 @@ async fn messages_larger_than_the_pipe_arrive_whole_from_concurrent_sessions() {
             .expect("large messages answered in time")
             .expect("session task");
     }
+    gw.stop().await;
+}
+
+/// A stdio server that answers the handshake and `tools/list`, then stops reading its input
+/// for good at the first `notifications/roots/list_changed` (its pipe made small first, so the
+/// gateway's side fills sooner).
+const STOPS_READING: &str = r#"
+import fcntl, json, sys, time
+try:
+    fcntl.fcntl(0, 1031, 4096)  # F_SETPIPE_SZ
+except OSError:
+    pass
+for line in sys.stdin:
+    msg = json.loads(line)
+    method = msg.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "stops-reading", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "wait", "inputSchema": {"type": "object"}}]}
+    elif method == "notifications/roots/list_changed":
+        time.sleep(3600)
+    else:
+        continue
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+"#;
+
+/// A child that stops reading its input: the client's notifications for it are relayed while
+/// the process's queue has room and dropped beyond (never more than a bounded number waiting),
+/// a tool call that finds the queue full gets `-32010` after the upstream's request timeout
+/// instead of waiting as long as the child does not read, and the tenant's other upstream
+/// goes on answering at once.
+#[tokio::test]
+async fn a_child_that_stops_reading_costs_bounded_waits_and_clear_errors() {
+    let dir = TempDir::new("stops-reading");
+    let script = dir.0.join("server.py");
+    std::fs::write(&script, STOPS_READING).expect("write the server");
+    let python = crate::support::peers::python().display().to_string();
+    let mut stalled = upstream(
+        "stalled",
+        UpstreamTransport::Stdio(stdio(python, &[&script.display().to_string()])),
+    );
+    stalled.request_timeout = Duration::from_secs(1);
+    let gw = TestGateway::start(config(vec![tenant(
+        "stop",
+        vec![stalled, demo_upstream(None, StdioSharing::Shared)],
+    )]))
+    .await;
+    let mut c = RawClient::new(gw.url("stop"));
+    c.initialize().await;
+    let tools = c.request("tools/list", json!({})).await;
+    let names: Vec<String> = tools.last()["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect();
+    let wait = names
+        .iter()
+        .find(|n| n.ends_with("wait"))
+        .expect("the stalled upstream's tool");
+    let echo = names
+        .iter()
+        .find(|n| n.ends_with("echo"))
+        .expect("the demo's echo");
+
+    // More notifications than the pipe, the process's queue (1,024) and the relays allowed to
+    // wait (64) hold together: each is accepted at once, none makes the client wait.
+    let started = Instant::now();
+    let pad = "x".repeat(200);
+    for _ in 0..1_300 {
+        let r = c
+            .post(
+                &json!({"jsonrpc": "2.0", "method": "notifications/roots/list_changed",
+                "params": {"_meta": {"pad": pad}}}),
+            )
+            .await;
+        assert_eq!(r.status, 202, "{r:?}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "notifications were held up"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // The queue is full: a call waits at most the request timeout, then a clear error.
+    let started = Instant::now();
+    let r = c.call_tool(wait, json!({})).await;
+    let took = started.elapsed();
+    let error = &r.last()["error"];
+    assert_eq!(error["code"], -32010, "{r:?}");
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(message.contains("has not read its input"), "{message}");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(10),
+        "answered after {took:?}"
+    );
+
+    // The other upstream is not held up by it.
+    let started = Instant::now();
+    let r = c.call_tool(echo, json!({"message": "still here"})).await;
+    assert_eq!(text_of(r.last()), "still here");
+    assert!(started.elapsed() < Duration::from_secs(2));
+
+    // Dropped relays are counted (the metrics are the process's, shared by the tests here).
+    let metrics = String::from_utf8(switchyard::metrics::get().render()).expect("text");
+    let dropped = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("switchyard_notifications_dropped_total{reason=\"upstream_backlog\"}")
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(dropped > 0.0, "no dropped relay counted:\n{metrics}");
     gw.stop().await;
 }
