@@ -7,6 +7,7 @@
 //! `localhost`), addresses by value (`[::ffff:7f00:1]` is `[::ffff:127.0.0.1]`).
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Why a value is not an authority: a fixed phrase, safe to show (it never echoes the value).
@@ -26,7 +27,62 @@ pub struct Authority<'a> {
 /// The longest `host[:port]`: a 253-character name, its trailing dot, `:65535`.
 const MAX_LEN: usize = 253 + 1 + 6;
 
+/// The last request authority this thread parsed whose host is a prefix of its text, kept
+/// as the text and what was read from it: the requests to one endpoint name the same `Host`.
+struct Last {
+    text: String,
+    host_len: usize,
+    ip: Option<IpAddr>,
+    port: Option<u16>,
+}
+
+thread_local! {
+    static LAST: RefCell<Option<Last>> = const { RefCell::new(None) };
+}
+
 impl<'a> Authority<'a> {
+    /// [`Authority::parse`] for the authority a request names (its `Host`, `:authority` or
+    /// absolute target): the same result, the last one of this thread's remembered. A value
+    /// other than the last is parsed in full (and remembered instead).
+    pub fn parse_request(text: &'a str) -> Result<Authority<'a>, Malformed> {
+        let hit = LAST.with(|last| {
+            let last = last.try_borrow().ok()?;
+            let last = last.as_ref().filter(|l| l.text == text)?;
+            Some((last.host_len, last.ip, last.port))
+        });
+        if let Some((host_len, ip, port)) = hit
+            && let Some(host) = text.get(..host_len)
+        {
+            return Ok(Authority {
+                host: Cow::Borrowed(host),
+                ip,
+                port,
+            });
+        }
+        let parsed = Authority::parse(text)?;
+        if let Cow::Borrowed(host) = &parsed.host
+            && text.starts_with(*host)
+        {
+            LAST.with(|last| {
+                let Ok(mut last) = last.try_borrow_mut() else {
+                    return;
+                };
+                let slot = last.get_or_insert_with(|| Last {
+                    text: String::with_capacity(MAX_LEN),
+                    host_len: 0,
+                    ip: None,
+                    port: None,
+                });
+                slot.text.clear();
+                slot.text.push_str(text);
+                slot.host_len = host.len();
+                slot.ip = parsed.ip;
+                slot.port = parsed.port;
+            });
+        }
+        Ok(parsed)
+    }
+
     pub fn parse(text: &'a str) -> Result<Authority<'a>, Malformed> {
         if text.is_empty() {
             return Err(Malformed("the value is empty"));
@@ -270,6 +326,33 @@ mod tests {
 
     fn ok(text: &str) -> Authority<'_> {
         Authority::parse(text).unwrap_or_else(|e| panic!("{text:?}: {e:?}"))
+    }
+
+    #[test]
+    fn a_request_authority_remembered_reads_as_parsed() {
+        let cases = [
+            "127.0.0.1:8080",
+            "localhost",
+            "Example.COM:443",
+            "[::1]:9",
+            "[0:0:0:0:0:0:0:1]",
+            "host.example.",
+            "a@b",
+            "",
+            "127.0.0.1:0",
+        ];
+        // Each value in turn, each twice (a hit the second time) and after another one.
+        for _ in 0..2 {
+            for text in cases {
+                for _ in 0..2 {
+                    assert_eq!(
+                        Authority::parse_request(text),
+                        Authority::parse(text),
+                        "{text:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -119,12 +119,13 @@ fn request_authority(parts: &Parts) -> Result<Authority<'_>, GatewayError> {
         (None, Some(target)) => target,
         (None, None) => return Err(GatewayError::BadHost("the request names no host")),
     };
-    let host = Authority::parse(text).map_err(|Malformed(why)| GatewayError::BadHost(why))?;
+    let host =
+        Authority::parse_request(text).map_err(|Malformed(why)| GatewayError::BadHost(why))?;
     if sent.is_some()
         && let Some(target) = target
     {
-        let named =
-            Authority::parse(target).map_err(|Malformed(why)| GatewayError::BadHost(why))?;
+        let named = Authority::parse_request(target)
+            .map_err(|Malformed(why)| GatewayError::BadHost(why))?;
         if !named.same_as(&host, tls(parts)) {
             return Err(GatewayError::BadHost(
                 "the Host header and the request target name different hosts",
