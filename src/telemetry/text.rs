@@ -210,23 +210,16 @@ impl Visit for Visitor<'_> {
         }
         let w = &mut self.writer;
         let first = std::mem::replace(&mut self.empty, false);
-        self.result = (|| {
-            if !first {
-                w.write_char(' ')?;
-            }
-            if name == "message" {
-                // Escaped as the default does, against terminal injection.
-                if w.sanitizes_ansi_escapes() {
-                    fmt::Write::write_fmt(&mut Sanitized(w), format_args!("{value:?}"))
-                } else {
-                    write!(w, "{value:?}")
-                }
-            } else {
-                w.write_str(name)?;
-                w.write_char('=')?;
-                write!(w, "{value:?}")
-            }
-        })();
+        self.result = if name == "message" {
+            // Escaped as the default does, against terminal injection.
+            let sep = if first { Ok(()) } else { w.write_char(' ') };
+            sep.and_then(|()| match w.sanitizes_ansi_escapes() {
+                true => fmt::Write::write_fmt(&mut Sanitized(w), format_args!("{value:?}")),
+                false => write!(w, "{value:?}"),
+            })
+        } else {
+            write_field(w, first, name, &[]).and_then(|()| write!(w, "{value:?}"))
+        };
     }
 }
 
