@@ -36,17 +36,17 @@ const HANDSHAKE_GRACE: Duration = Duration::from_secs(2);
 /// Entry point for a request whose path is a tenant's endpoint, from an admitted caller. Each
 /// exchange runs in a request span (logs' context, and the server span of a trace).
 pub async fn handle(
-    gateway: Arc<Gateway>,
-    tenant: Arc<Tenant>,
-    principal: Principal,
-    parts: Parts,
+    gateway: &Gateway,
+    tenant: &Arc<Tenant>,
+    principal: &Principal,
+    parts: &Parts,
     body: Body,
 ) -> Response<Body> {
-    let mut ex = Recorded::start(&tenant, &parts.method, "unparsed");
+    let mut ex = Recorded::start(tenant, &parts.method, "unparsed");
     let (span, label) = (&ex.span, &mut ex.label);
     let result = match parts.method {
-        Method::POST => post(&gateway, &tenant, &principal, &parts, body, label, span).await,
-        Method::GET | Method::DELETE if stateless_headers(&parts) => {
+        Method::POST => post(gateway, tenant, principal, parts, body, label, span).await,
+        Method::GET | Method::DELETE if stateless_headers(parts) => {
             // The stateless revision has no GET stream and no session to end.
             *label = "http/other";
             Err(GatewayError::MethodNotAllowed {
@@ -55,18 +55,14 @@ pub async fn handle(
         }
         Method::GET => {
             *label = "http/get";
-            traced(span, None, &parts);
+            traced(span, None, parts);
             // Boxed, as DELETE: once per session each, they need not size every POST's future.
-            Box::pin(get(&gateway, &tenant, &principal, &parts))
-                .instrument(span.clone())
-                .await
+            telemetry::in_span(span, Box::pin(get(gateway, tenant, principal, parts))).await
         }
         Method::DELETE => {
             *label = "http/delete";
-            traced(span, None, &parts);
-            Box::pin(delete(&gateway, &tenant, &principal, &parts))
-                .instrument(span.clone())
-                .await
+            traced(span, None, parts);
+            telemetry::in_span(span, Box::pin(delete(gateway, tenant, principal, parts))).await
         }
         _ => {
             *label = "http/other";
@@ -75,7 +71,7 @@ pub async fn handle(
             })
         }
     };
-    ex.finish(&tenant, result)
+    ex.finish(tenant, result)
 }
 
 /// One HTTP exchange of a tenant's endpoints: its request span (logs' context, and the
@@ -171,18 +167,16 @@ async fn post(
         *label = "batch";
         traced(span, None, parts);
         // Boxed: a batch's state would size every single request's future.
-        return Box::pin(batch::serve(gateway, tenant, principal, parts, &bytes))
-            .instrument(span.clone())
-            .await;
+        let batch = Box::pin(batch::serve(gateway, tenant, principal, parts, &bytes));
+        return telemetry::in_span(span, batch).await;
     }
     let message = match jsonrpc::parse(&bytes) {
         Ok(m) => m,
         Err(e) => return Ok(refuse_unparsed(e)),
     };
     *label = describe(span, parts, &message);
-    dispatch(gateway, tenant, principal, parts, &bytes, message)
-        .instrument(span.clone())
-        .await
+    let handled = dispatch(gateway, tenant, principal, parts, &bytes, message);
+    telemetry::in_span(span, handled).await
 }
 
 /// Names a client message in its request span (method, id, the client's trace context);
@@ -245,10 +239,12 @@ async fn dispatch(
         return Ok(refused);
     }
 
+    // Read once: it selects the revision here and is checked again below.
+    let version = headers::protocol_version(&parts.headers);
     // The stateless revision: no session, every request stands alone. Boxed, as is
     // `initialize` below: each is a large state that would otherwise size (and be copied
     // with) every request's future, the session-based calls' too.
-    if stateless::selected(&parts.headers, message_params(&message)) {
+    if stateless::selected(&version, &parts.headers, message_params(&message)) {
         return Ok(Box::pin(stateless::serve(gateway, tenant, principal, parts, message)).await);
     }
 
@@ -282,7 +278,7 @@ async fn dispatch(
         Message::Request(r) => Some(r.id),
         _ => None,
     };
-    if let Err(e) = headers::protocol_version(&parts.headers) {
+    if let Err(e) = version {
         return Ok(e.into_response(request_id));
     }
     let session = session_of(gateway, tenant, parts, user).await?;

@@ -112,52 +112,59 @@ async fn readiness(State(gateway): State<Arc<Gateway>>) -> Response<Body> {
 
 /// Finds the tenant whose endpoint (or protected-resource metadata, or 2024-11-05 stream or
 /// message) path matches, else 404. Every endpoint request passes the security front first.
-async fn dispatch(State(gateway): State<Arc<Gateway>>, req: Request) -> Response<Body> {
-    let path = req.uri().path();
-    if let Some(tenant) = gateway.tenant_by_metadata_path(path) {
-        let (parts, _) = req.into_parts();
-        return protected_resource_metadata(&gateway, &tenant, &parts);
-    }
-    let (tenant, legacy) = match gateway.tenant_by_path(path) {
-        Some(tenant) => (tenant, None),
-        None => match legacy_sse::split(path)
-            .and_then(|(base, route)| Some((gateway.tenant_by_path(base)?, Some(route))))
-        {
-            Some(found) => found,
-            None => return not_found("no MCP endpoint at this path\n"),
-        },
-    };
+fn dispatch(
+    State(gateway): State<Arc<Gateway>>,
+    req: Request,
+) -> impl Future<Output = Response<Body>> {
+    // Taken apart here, and the handlers below borrow the parts: an `async fn`'s arguments
+    // stay in its state beside whatever they are moved into, and each copy would size (and
+    // be copied with) every request's future.
     let (parts, body) = req.into_parts();
-    let host = match guard::check_front(&gateway, &tenant, &parts) {
-        Ok(host) => host,
-        Err(e) => return refused(&tenant, e),
-    };
-    // A browser origin admitted by the front: a preflight is answered on that alone (no
-    // token, no session, no rate), every other answer carries the grant.
-    let grant = cors::Grant::admitted(&parts.headers);
-    let methods = match legacy {
-        None => cors::ENDPOINT_METHODS,
-        Some(legacy_sse::Route::Stream) => cors::GET_METHODS,
-        Some(legacy_sse::Route::Messages) => cors::POST_METHODS,
-    };
-    if let Some(preflight) = grant.preflight(&parts, methods) {
-        return preflight;
-    }
-    let principal = match guard::admit(&gateway, &tenant, &parts, &host).await {
-        Ok(p) => p,
-        Err(e) => return grant.apply(refused(&tenant, e)),
-    };
-    let resp = match legacy {
-        None => endpoint::handle(gateway, tenant, principal, parts, body).await,
-        // Boxed: the 2024-11-05 transport's large state would size every request's future.
-        Some(route) => {
-            Box::pin(legacy_sse::handle(
-                gateway, tenant, principal, parts, body, route,
-            ))
-            .await
+    async move {
+        let path = parts.uri.path();
+        if let Some(tenant) = gateway.tenant_by_metadata_path(path) {
+            return protected_resource_metadata(&gateway, &tenant, &parts);
         }
-    };
-    grant.apply(resp)
+        let (tenant, legacy) = match gateway.tenant_by_path(path) {
+            Some(tenant) => (tenant, None),
+            None => match legacy_sse::split(path)
+                .and_then(|(base, route)| Some((gateway.tenant_by_path(base)?, Some(route))))
+            {
+                Some(found) => found,
+                None => return not_found("no MCP endpoint at this path\n"),
+            },
+        };
+        let host = match guard::check_front(&gateway, &tenant, &parts) {
+            Ok(host) => host,
+            Err(e) => return refused(&tenant, e),
+        };
+        // A browser origin admitted by the front: a preflight is answered on that alone (no
+        // token, no session, no rate), every other answer carries the grant.
+        let grant = cors::Grant::admitted(&parts.headers);
+        let methods = match legacy {
+            None => cors::ENDPOINT_METHODS,
+            Some(legacy_sse::Route::Stream) => cors::GET_METHODS,
+            Some(legacy_sse::Route::Messages) => cors::POST_METHODS,
+        };
+        if let Some(preflight) = grant.preflight(&parts, methods) {
+            return preflight;
+        }
+        let principal = match guard::admit(&gateway, &tenant, &parts, &host).await {
+            Ok(p) => p,
+            Err(e) => return grant.apply(refused(&tenant, e)),
+        };
+        let resp = match legacy {
+            None => endpoint::handle(&gateway, &tenant, &principal, &parts, body).await,
+            // Boxed: the 2024-11-05 transport's large state would size every request's future.
+            Some(route) => {
+                Box::pin(legacy_sse::handle(
+                    gateway, tenant, principal, parts, body, route,
+                ))
+                .await
+            }
+        };
+        grant.apply(resp)
+    }
 }
 
 /// The answer to a request the security front refused, counted by reason.

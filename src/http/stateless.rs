@@ -33,11 +33,15 @@ use crate::upstream::{ForwardStream, StreamItem};
 /// may ask several at once; they go to the client together).
 const GATHER: Duration = Duration::from_millis(20);
 
-/// Whether a POST is in the stateless revision: its `MCP-Protocol-Version` says so, or it
-/// names no version or session in headers but one in `_meta` (then the header check fails
-/// it with a clear error).
-pub fn selected(headers: &HeaderMap, params: Option<&RawValue>) -> bool {
-    match headers::protocol_version(headers) {
+/// Whether a POST is in the stateless revision: its `MCP-Protocol-Version` (`version`, as
+/// `headers::protocol_version` read it) says so, or it names no version or session in headers
+/// but one in `_meta` (then the header check fails it with a clear error).
+pub fn selected(
+    version: &Result<Option<ProtocolVersion>, GatewayError>,
+    headers: &HeaderMap,
+    params: Option<&RawValue>,
+) -> bool {
+    match version {
         Ok(Some(v)) => v.is_stateless(),
         Ok(None) => {
             matches!(headers::session_id(headers), Ok(None))

@@ -11,6 +11,7 @@
 //! values win where both are set. Only the spans of target [`TARGET`] are exported.
 
 mod context;
+mod in_span;
 mod settings;
 mod text;
 mod writer;
@@ -27,6 +28,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, Registry};
 
 pub use context::{Propagation, adopt_parent, outgoing, trace_id};
+pub use in_span::in_span;
 pub use settings::{Settings, settings};
 
 use crate::config::TelemetryConfig;

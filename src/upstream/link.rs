@@ -73,24 +73,29 @@ impl Connection {
     }
 
     /// Sends a request; an HTTP upstream also gets the trace context in headers.
-    pub(super) async fn send_request(
+    ///
+    /// (An `async move` block: the arguments are kept once; see `send_forward`.)
+    #[allow(clippy::manual_async_fn)] // an `async fn` keeps its arguments twice
+    pub(super) fn send_request(
         self: &Arc<Self>,
         id: u64,
         bytes: Vec<u8>,
         trace: Option<Propagation>,
         mcp: Option<McpHeaders>,
-    ) -> Result<(), GatewayError> {
-        match &self.link {
-            Link::Stdio(l) => {
-                l.send(&self.info.name, bytes, self.info.request_timeout)
-                    .await
+    ) -> impl Future<Output = Result<(), GatewayError>> {
+        async move {
+            match &self.link {
+                Link::Stdio(l) => {
+                    l.send(&self.info.name, bytes, self.info.request_timeout)
+                        .await
+                }
+                Link::Http(l) => {
+                    l.spawn_request(self.clone(), id, Bytes::from(bytes), trace, mcp);
+                    Ok(())
+                }
+                // Boxed: an HTTP exchange, a large state for every request's future.
+                Link::Sse(l) => Box::pin(l.post(self, Bytes::from(bytes), trace.as_ref())).await,
             }
-            Link::Http(l) => {
-                l.spawn_request(self.clone(), id, Bytes::from(bytes), trace, mcp);
-                Ok(())
-            }
-            // Boxed: an HTTP exchange, a large state for every request's future.
-            Link::Sse(l) => Box::pin(l.post(self, Bytes::from(bytes), trace.as_ref())).await,
         }
     }
 

@@ -102,30 +102,36 @@ impl Connection {
 
     /// Sends a forwarded request under a new upstream id (the first attempt, or a retry of
     /// the stateless revision) and records where its answer goes.
-    pub(super) async fn send_forward(
+    ///
+    /// (An `async move` block rather than an `async fn`: the arguments are kept once, not
+    /// also as the locals an `async fn` moves them into; this future is in every request's.)
+    #[allow(clippy::manual_async_fn)] // an `async fn` keeps its arguments twice
+    pub(super) fn send_forward(
         self: &Arc<Self>,
         mut slot: ForwardSlot,
         method: &str,
         params: Option<&RawValue>,
         session: Option<&dyn ClientSession>,
         trace: Option<Propagation>,
-    ) -> Result<u64, GatewayError> {
-        let id = self.allocate_id();
-        let stateless = self.stateless_meta(session);
-        let (replaced, client_token) =
-            rewrite_meta(params, id, trace.as_ref(), stateless.as_ref())?;
-        let params = replaced.as_deref().or(params);
-        if slot.client_token.is_none() {
-            slot.client_token = client_token;
+    ) -> impl Future<Output = Result<u64, GatewayError>> {
+        async move {
+            let id = self.allocate_id();
+            let stateless = self.stateless_meta(session);
+            let (replaced, client_token) =
+                rewrite_meta(params, id, trace.as_ref(), stateless.as_ref())?;
+            let params = replaced.as_deref().or(params);
+            if slot.client_token.is_none() {
+                slot.client_token = client_token;
+            }
+            let mcp = self.mcp_headers(method, params, slot.mirror.as_deref());
+            self.pending.insert(id, Pending::Forward(slot));
+            let bytes = jsonrpc::request(&jsonrpc::raw_u64(id), method, params);
+            if let Err(e) = self.send_request(id, bytes, trace, mcp).await {
+                self.pending.remove(&id);
+                return Err(e);
+            }
+            Ok(id)
         }
-        let mcp = self.mcp_headers(method, params, slot.mirror.as_deref());
-        self.pending.insert(id, Pending::Forward(slot));
-        let bytes = jsonrpc::request(&jsonrpc::raw_u64(id), method, params);
-        if let Err(e) = self.send_request(id, bytes, trace, mcp).await {
-            self.pending.remove(&id);
-            return Err(e);
-        }
-        Ok(id)
     }
 
     /// A request of the gateway's own, answered through a oneshot; cancelled upstream on timeout.

@@ -50,6 +50,14 @@ struct Queue {
     broken: bool,
 }
 
+/// What [`Stdin::admit`] did with a message.
+enum Admitted {
+    /// Written, queued, or refused for good.
+    Done(Result<(), StdinError>),
+    /// The queue is full: the message, handed back to wait for room.
+    Full(Vec<u8>),
+}
+
 /// How far one message got.
 enum Wrote {
     All,
@@ -70,45 +78,64 @@ impl Stdin {
 
     /// Writes one message (already framed), or queues it behind the one being written.
     /// Waits only while `limit` messages are queued, and at most `wait`. (The queue may also
-    /// hold the rest of a message the full pipe cut: one more, already accepted.)
+    /// hold the rest of a message the full pipe cut: one more, already accepted.) The wait
+    /// for room is boxed: it is rare, and its timer would otherwise size every request's
+    /// future (this one is part of each forwarded request's).
     pub(super) async fn write(
         self: &Arc<Self>,
         message: Vec<u8>,
         wait: std::time::Duration,
     ) -> Result<(), StdinError> {
-        let mut deadline = None;
-        loop {
-            {
-                let mut queue = self.lock();
-                if queue.broken {
-                    return Err(StdinError::Closed);
-                }
-                if queue.waiting.len() < self.limit {
-                    if queue.writing {
-                        queue.waiting.push_back(Bytes::from(message));
-                        return Ok(());
-                    }
-                    queue.writing = true;
-                    break;
-                }
+        match self.admit(message) {
+            Admitted::Done(result) => result,
+            Admitted::Full(message) => Box::pin(self.write_when_room(message, wait)).await,
+        }
+    }
+
+    /// Queues `message` behind the one being written, or writes it (and what others queue
+    /// meanwhile) when no other task is writing; hands it back while the queue is full.
+    fn admit(self: &Arc<Self>, message: Vec<u8>) -> Admitted {
+        {
+            let mut queue = self.lock();
+            if queue.broken {
+                return Admitted::Done(Err(StdinError::Closed));
             }
+            if queue.waiting.len() >= self.limit {
+                return Admitted::Full(message);
+            }
+            if queue.writing {
+                queue.waiting.push_back(Bytes::from(message));
+                return Admitted::Done(Ok(()));
+            }
+            queue.writing = true;
+        }
+        Admitted::Done(self.write_as_writer(Bytes::from(message)))
+    }
+
+    /// Waits (at most `wait`) for room in a full queue, then admits `message`.
+    async fn write_when_room(
+        self: &Arc<Self>,
+        mut message: Vec<u8>,
+        wait: std::time::Duration,
+    ) -> Result<(), StdinError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
             let room = self.room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
             // Looked at again once registered: a drain between the two looks wakes it.
-            let full = {
-                let queue = self.lock();
-                !queue.broken && queue.waiting.len() >= self.limit
+            message = match self.admit(message) {
+                Admitted::Done(result) => return result,
+                Admitted::Full(message) => message,
             };
-            if full {
-                let deadline = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + wait);
-                if tokio::time::timeout_at(deadline, room).await.is_err() {
-                    return Err(StdinError::Full);
-                }
+            if tokio::time::timeout_at(deadline, room).await.is_err() {
+                return Err(StdinError::Full);
             }
         }
-        // This task writes: its own message, then (a few of) those queued meanwhile.
-        let mut message = Bytes::from(message);
+    }
+
+    /// The task that writes: its own message, then (a few of) those queued meanwhile.
+    fn write_as_writer(self: &Arc<Self>, mut message: Bytes) -> Result<(), StdinError> {
         for written in 0..=INLINE_WRITES {
             match self.write_one(message) {
                 Wrote::All => {}
