@@ -82,6 +82,17 @@ mod tests {
     }
 
     impl Probe {
+        /// A probe for `span`, and what it will see.
+        fn new(span: &Span, pending: usize) -> (Probe, Arc<Mutex<Seen>>) {
+            let seen = Arc::default();
+            let probe = Probe {
+                span_id: span.id().unwrap(),
+                pending,
+                seen: Arc::clone(&seen),
+            };
+            (probe, seen)
+        }
+
         fn inside(&self) -> bool {
             Span::current().id().as_ref() == Some(&self.span_id)
         }
@@ -127,12 +138,7 @@ mod tests {
     #[test]
     fn polls_and_drops_a_completed_future_inside_the_span() {
         with_span(|span| {
-            let seen = Arc::default();
-            let probe = Probe {
-                span_id: span.id().unwrap(),
-                pending: 2,
-                seen: Arc::clone(&seen),
-            };
+            let (probe, seen) = Probe::new(span, 2);
             assert_eq!(block_on(in_span(span, probe)), 7);
             let seen = seen.lock().unwrap();
             assert_eq!(seen.polled_inside, [true, true, true]);
@@ -147,12 +153,7 @@ mod tests {
     #[test]
     fn an_unfinished_future_dropped_is_dropped_inside_the_span_and_the_span_left() {
         with_span(|span| {
-            let seen = Arc::default();
-            let probe = Probe {
-                span_id: span.id().unwrap(),
-                pending: usize::MAX,
-                seen: Arc::clone(&seen),
-            };
+            let (probe, seen) = Probe::new(span, usize::MAX);
             let mut fut = Box::pin(in_span(span, probe));
             let waker = std::task::Waker::noop();
             let mut cx = Context::from_waker(waker);
@@ -167,12 +168,7 @@ mod tests {
     #[test]
     fn a_future_never_polled_is_dropped_inside_the_span() {
         with_span(|span| {
-            let seen = Arc::default();
-            let probe = Probe {
-                span_id: span.id().unwrap(),
-                pending: 0,
-                seen: Arc::clone(&seen),
-            };
+            let (probe, seen) = Probe::new(span, 0);
             drop(in_span(span, probe));
             let seen = seen.lock().unwrap();
             assert!(seen.polled_inside.is_empty());
