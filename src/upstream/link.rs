@@ -73,8 +73,6 @@ impl Connection {
     }
 
     /// Sends a request; an HTTP upstream also gets the trace context in headers.
-    ///
-    /// (An `async move` block: the arguments are kept once; see `send_forward`.)
     #[allow(clippy::manual_async_fn)] // an `async fn` keeps its arguments twice
     pub(super) fn send_request(
         self: &Arc<Self>,
