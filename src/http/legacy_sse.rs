@@ -25,6 +25,7 @@ use crate::gateway::Gateway;
 use crate::jsonrpc::{self, Message};
 use crate::router::{self, Opening, Reply};
 use crate::session::{ClientTransport, LiveSession, SessionId, SessionKey, SessionStore};
+use crate::telemetry;
 use crate::tenant::Tenant;
 use crate::upstream::StreamItem;
 
@@ -60,9 +61,7 @@ pub async fn handle(
     let result = match (route, &parts.method) {
         (Route::Stream, &Method::GET) => {
             *label = "http/get";
-            open_stream(&gateway, &tenant, &principal, &parts)
-                .instrument(span.clone())
-                .await
+            telemetry::in_span(span, open_stream(&gateway, &tenant, &principal, &parts)).await
         }
         (Route::Messages, &Method::POST) => {
             post(&gateway, &tenant, &principal, &parts, body, label, span).await
@@ -222,9 +221,8 @@ async fn post(
     };
     *label = describe(span, parts, &message);
     headers::protocol_version(&parts.headers)?;
-    dispatch(gateway, tenant, principal, &presented, &bytes, message)
-        .instrument(span.clone())
-        .await
+    let handled = dispatch(gateway, tenant, principal, &presented, &bytes, message);
+    telemetry::in_span(span, handled).await
 }
 
 /// The `sessionId` query parameter (400 without it).
