@@ -65,11 +65,12 @@ pub struct Gateway {
     pub admin_token: Option<crate::config::AdminToken>,
 }
 
-/// The tenants of one config, by endpoint path and by name.
+/// The tenants of one config, by endpoint path and by name (keys from the config: hashed with
+/// foldhash, not SipHash, as a lookup per request needs no defence against chosen keys).
 #[derive(Default)]
 pub struct TenantTable {
-    by_path: HashMap<String, Arc<Tenant>>,
-    by_name: HashMap<String, Arc<Tenant>>,
+    by_path: HashMap<String, Arc<Tenant>, foldhash::fast::RandomState>,
+    by_name: HashMap<String, Arc<Tenant>, foldhash::fast::RandomState>,
 }
 
 impl TenantTable {

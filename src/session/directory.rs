@@ -24,9 +24,11 @@ pub struct DirectoryUsage {
 }
 
 /// The live sessions of a tenant on this replica, and the 2024-11-05 streams held here.
+/// Session ids are the gateway's own (random, or derived with its key): the map hashes them
+/// with foldhash rather than SipHash (a lookup per request).
 #[derive(Default)]
 pub struct SessionDirectory {
-    sessions: DashMap<SessionId, Arc<LiveSession>>,
+    sessions: DashMap<SessionId, Arc<LiveSession>, foldhash::fast::RandomState>,
     pub legacy_streams: LegacyStreams,
 }
 

@@ -333,3 +333,34 @@ async fn a_waiting_body_holds_no_buffer() {
     assert_eq!(body(&mut conn, &mut head.body).await.unwrap(), b"second");
     drop(server.await.unwrap());
 }
+
+/// `ends_head` finds a head's blank line (CRLF CRLF or bare LF LF) as soon as the bytes that
+/// came hold one, however they came: a byte at a time, or in two pieces cut anywhere.
+#[test]
+fn the_end_of_a_head_is_found_however_the_bytes_come() {
+    let plain =
+        |buf: &[u8]| buf.windows(3).any(|w| w == b"\n\r\n") || buf.windows(2).any(|w| w == b"\n\n");
+    let texts: [&[u8]; 9] = [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+        b"HTTP/1.1 200 OK\nA: b\n\nbody",
+        b"HTTP/1.1 200 OK\r\nA: b\r\n",
+        b"HTTP/1.1 200 OK\r\nA: b\r\n\r",
+        b"\n\n",
+        b"\n\r\n",
+        b"\n\r",
+        b"\r\n\r\r\n\n\r\r\n",
+        b"",
+    ];
+    for text in texts {
+        let shown = String::from_utf8_lossy(text);
+        // A byte at a time: found at the first length that holds the blank line.
+        let first = (1..=text.len()).find(|&n| plain(&text[..n]));
+        let found = (1..=text.len()).find(|&n| ends_head(&text[..n], n - 1));
+        assert_eq!(found, first, "{shown:?} a byte at a time");
+        // Two pieces.
+        for cut in 0..=text.len() {
+            let found = ends_head(&text[..cut], 0) || ends_head(text, cut);
+            assert_eq!(found, plain(text), "{shown:?} cut at {cut}");
+        }
+    }
+}
