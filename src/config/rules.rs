@@ -6,18 +6,26 @@ use axum::http::{HeaderName, HeaderValue, Uri};
 /// Paths the gateway serves itself; tenant paths must not start with them.
 pub const RESERVED_PATHS: [&str; 4] = ["/healthz", "/readyz", "/metrics", "/.well-known/"];
 
-/// Headers the gateway sets on upstream requests itself (lowercase).
-pub const GATEWAY_HEADERS: [&str; 9] = [
+/// Headers the gateway sets on upstream requests itself (lowercase): credentials may not name
+/// them, so a request never carries one twice (`upstream/header_lines.rs`).
+pub const GATEWAY_HEADERS: [&str; 14] = [
     "host",
     "content-length",
     "content-type",
     "accept",
     "mcp-session-id",
     "mcp-protocol-version",
+    "mcp-method",
+    "mcp-name",
     "last-event-id",
     "connection",
     "transfer-encoding",
+    "traceparent",
+    "tracestate",
+    "proxy-authorization",
 ];
+/// A 2026-07-28 tool call's argument headers (`Mcp-Param-<name>`), also the gateway's own.
+pub const GATEWAY_HEADER_PREFIX: &str = "mcp-param-";
 
 const PATH_PUNCTUATION: &str = "-._~!$&'()*+,;=:@%/";
 
@@ -159,7 +167,10 @@ pub fn header_name(name: &str) -> Result<(), String> {
     HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
         format!("invalid header name {name:?}: use letters, digits and !#$%&'*+-.^_`|~ only")
     })?;
-    if GATEWAY_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name)) {
+    let prefixed = name
+        .get(..GATEWAY_HEADER_PREFIX.len())
+        .is_some_and(|p| p.eq_ignore_ascii_case(GATEWAY_HEADER_PREFIX));
+    if prefixed || GATEWAY_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name)) {
         return Err(format!(
             "header {name:?} is set by the gateway itself and cannot be configured"
         ));
@@ -282,6 +293,13 @@ mod tests {
             "MCP-Session-Id",
             "Accept",
             "Transfer-Encoding",
+            "Mcp-Method",
+            "mcp-name",
+            "Mcp-Param-Region",
+            "MCP-PARAM-x",
+            "traceparent",
+            "TraceState",
+            "Proxy-Authorization",
         ] {
             assert!(
                 header_name(owned)
@@ -290,6 +308,9 @@ mod tests {
                 "{owned}"
             );
         }
+        // Only the prefix is the gateway's: a name that merely starts alike is the admin's.
+        assert!(header_name("Mcp-Params").is_ok());
+        assert!(header_name("X-Mcp-Param-A").is_ok());
         assert!(header_value("Bearer abc").is_ok());
         let err = header_value("hunter2\nx").unwrap_err();
         assert!(!err.contains("hunter2"), "{err}");

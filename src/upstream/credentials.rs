@@ -8,9 +8,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use serde::Deserialize;
 
+use super::header_lines::HeaderLines;
 use crate::config::{ClientCredentials, HttpConfig};
 use crate::error::GatewayError;
 
@@ -24,7 +25,8 @@ const DEFAULT_TOKEN_LIFETIME: Duration = Duration::from_secs(300);
 const TOKEN_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct Credentials {
-    static_headers: HeaderMap,
+    /// The `headers` of the config, written out once as lines.
+    static_headers: Box<[u8]>,
     files: Vec<(HeaderName, PathBuf)>,
     file_state: Mutex<FileState>,
     oauth: Option<TokenSource>,
@@ -43,14 +45,13 @@ impl Credentials {
         connect_timeout: Duration,
         upstream: &str,
     ) -> Result<Credentials, String> {
-        let mut static_headers = HeaderMap::new();
+        let mut static_headers = HeaderLines::default();
         for (name, value) in &config.headers {
             let name = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| format!("invalid header name {name:?}"))?;
-            let mut value = HeaderValue::from_str(value.expose())
+            let value = HeaderValue::from_str(value.expose())
                 .map_err(|_| format!("invalid value for header {name}"))?;
-            value.set_sensitive(true);
-            static_headers.append(name, value);
+            static_headers.add(&name, &value);
         }
         let files = config
             .header_files
@@ -62,7 +63,7 @@ impl Credentials {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let credentials = Credentials {
-            static_headers,
+            static_headers: static_headers.as_bytes().into(),
             file_state: Mutex::new(FileState {
                 checked: None,
                 values: vec![None; files.len()],
@@ -87,24 +88,25 @@ impl Credentials {
         Ok(credentials)
     }
 
-    /// The headers to send on the next upstream request.
-    pub async fn headers(&self) -> Result<HeaderMap, GatewayError> {
-        // Sized for what callers add (Accept, the session's and the request's MCP headers,
-        // Content-Type, Host, trace context): no growth and rehash while a request is built.
-        let mut h = HeaderMap::with_capacity(self.static_headers.len() + self.files.len() + 12);
-        for (name, value) in &self.static_headers {
-            h.append(name.clone(), value.clone());
-        }
-        self.refresh_files(false);
-        if let Ok(state) = self.file_state.lock() {
-            for ((name, _), value) in self.files.iter().zip(&state.values) {
-                if let Some((_, v)) = value {
-                    h.insert(name.clone(), v.clone());
+    /// The header lines to send on the next upstream request: the gateway's credentials, in
+    /// room for what the caller adds (`Accept`, the session's and the request's MCP headers,
+    /// `Content-Type`, trace context). Their names are never the gateway's own (the config
+    /// reserves those), so nothing the caller adds repeats one.
+    pub async fn headers(&self) -> Result<HeaderLines, GatewayError> {
+        let mut h = HeaderLines::with_capacity(self.static_headers.len() + 384);
+        h.add_lines(&self.static_headers);
+        if !self.files.is_empty() {
+            self.refresh_files(false);
+            if let Ok(state) = self.file_state.lock() {
+                for ((name, _), value) in self.files.iter().zip(&state.values) {
+                    if let Some((_, v)) = value {
+                        h.add(name, v);
+                    }
                 }
             }
         }
         if let Some(oauth) = &self.oauth {
-            h.insert(AUTHORIZATION, oauth.bearer().await?);
+            h.add(&AUTHORIZATION, &oauth.bearer().await?);
         }
         Ok(h)
     }
@@ -325,19 +327,18 @@ mod tests {
         };
         let c = Credentials::new(&config, Duration::from_secs(5), "u").unwrap();
         let h = c.headers().await.unwrap();
-        assert_eq!(h.get("authorization").unwrap(), "Bearer first");
-        assert_eq!(h.get("x-static").unwrap(), "s");
-        assert!(h.get("authorization").unwrap().is_sensitive());
+        assert_eq!(h.get("authorization"), Some(&b"Bearer first"[..]));
+        assert_eq!(h.get("x-static"), Some(&b"s"[..]));
         std::fs::write(&path, "Bearer second, longer").unwrap();
         c.refresh_files(true);
         let h = c.headers().await.unwrap();
-        assert_eq!(h.get("authorization").unwrap(), "Bearer second, longer");
+        assert_eq!(h.get("authorization"), Some(&b"Bearer second, longer"[..]));
         std::fs::remove_file(&path).unwrap();
         c.refresh_files(true);
         let h = c.headers().await.unwrap();
         assert_eq!(
-            h.get("authorization").unwrap(),
-            "Bearer second, longer",
+            h.get("authorization"),
+            Some(&b"Bearer second, longer"[..]),
             "a vanished file keeps the last value"
         );
     }

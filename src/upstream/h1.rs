@@ -21,6 +21,8 @@ use http::{Method, StatusCode, Uri};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
+use super::header_lines::HeaderLines;
+
 /// The largest response head read (status line and headers).
 const MAX_HEAD: usize = 64 * 1024;
 /// The most header fields in a response head.
@@ -143,16 +145,19 @@ impl Conn {
             .is_ready()
     }
 
-    /// Writes a request: `headers` as given (`Host` among them), `Content-Length` added unless
-    /// the body is empty on a method that has none.
+    /// Writes a request: `fixed` (the origin's own lines, `Host` first) and `lines` as given,
+    /// `Content-Length` added unless the body is empty on a method that has none.
     pub async fn send(
         &mut self,
         method: &Method,
         target: &Uri,
-        headers: &HeaderMap,
+        fixed: &[u8],
+        lines: &HeaderLines,
         body: &Bytes,
     ) -> io::Result<()> {
-        let mut head = Vec::with_capacity(256 + body.len().min(INLINE_BODY));
+        let fields = lines.as_bytes();
+        let mut head =
+            Vec::with_capacity(64 + fixed.len() + fields.len() + body.len().min(INLINE_BODY));
         head.extend_from_slice(method.as_str().as_bytes());
         head.push(b' ');
         match target.path_and_query() {
@@ -162,15 +167,10 @@ impl Conn {
             _ => head.extend_from_slice(target.to_string().as_bytes()),
         }
         head.extend_from_slice(b" HTTP/1.1\r\n");
-        for (name, value) in headers {
-            head.extend_from_slice(name.as_str().as_bytes());
-            head.extend_from_slice(b": ");
-            head.extend_from_slice(value.as_bytes());
-            head.extend_from_slice(b"\r\n");
-        }
+        head.extend_from_slice(fixed);
+        head.extend_from_slice(fields);
         let bodiless = matches!(*method, Method::GET | Method::HEAD | Method::DELETE);
-        let no_length = bodiless && body.is_empty();
-        if !headers.contains_key(CONTENT_LENGTH) && !no_length {
+        if !(bodiless && body.is_empty()) {
             head.extend_from_slice(b"content-length: ");
             head.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
             head.extend_from_slice(b"\r\n");

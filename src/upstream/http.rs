@@ -13,6 +13,7 @@ use bytes::{Bytes, BytesMut};
 use super::connection::Connection;
 use super::credentials::Credentials;
 use super::handshake;
+use super::header_lines::HeaderLines;
 use super::http_client::{OriginClient, Response};
 use super::link::Link;
 use super::sse::SseParser;
@@ -182,16 +183,26 @@ impl HttpLink {
 
     /// The headers of every upstream request: the gateway's credentials, `Accept`, and the
     /// upstream session id and protocol version once known.
-    async fn base_headers(&self, accept: &'static str) -> Result<HeaderMap, GatewayError> {
+    /// Returns them and whether they carry a session id.
+    async fn base_headers(
+        &self,
+        accept: &'static str,
+    ) -> Result<(HeaderLines, bool), GatewayError> {
         let mut h = self.credentials.headers().await?;
-        h.insert(ACCEPT, HeaderValue::from_static(accept));
-        if let Some(v) = self.session_id.lock().ok().and_then(|s| s.clone()) {
-            h.insert(header::name::SESSION_ID.clone(), v);
+        h.add(&ACCEPT, &HeaderValue::from_static(accept));
+        let mut had_session = false;
+        if let Ok(s) = self.session_id.lock()
+            && let Some(v) = s.as_ref()
+        {
+            h.add(&header::name::SESSION_ID, v);
+            had_session = true;
         }
-        if let Some(v) = self.protocol_version.lock().ok().and_then(|s| s.clone()) {
-            h.insert(header::name::PROTOCOL_VERSION.clone(), v);
+        if let Ok(p) = self.protocol_version.lock()
+            && let Some(v) = p.as_ref()
+        {
+            h.add(&header::name::PROTOCOL_VERSION, v);
         }
-        Ok(h)
+        Ok((h, had_session))
     }
 
     fn remember_session(&self, resp: &Response) {
@@ -217,26 +228,19 @@ impl HttpLink {
         trace: Option<&Propagation>,
         mcp: Option<&McpHeaders>,
     ) -> Result<(Response, bool), GatewayError> {
-        let mut headers = self.base_headers(ACCEPT_BOTH).await?;
-        let had_session = headers.contains_key(&header::name::SESSION_ID);
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let (mut headers, had_session) = self.base_headers(ACCEPT_BOTH).await?;
+        headers.add(&CONTENT_TYPE, &HeaderValue::from_static("application/json"));
         if let Some(m) = mcp {
-            headers.insert(header::name::METHOD.clone(), m.method.clone());
+            headers.add(&header::name::METHOD, &m.method);
             if let Some(n) = &m.name {
-                headers.insert(header::name::NAME.clone(), n.clone());
+                headers.add(&header::name::NAME, n);
             }
             for (name, value) in &m.params {
-                headers.insert(name.clone(), value.clone());
+                headers.add(name, value);
             }
         }
         if let Some(t) = trace {
-            // W3C Trace Context headers, for HTTP-level tracing in front of the upstream.
-            if let Ok(v) = HeaderValue::from_str(&t.traceparent) {
-                headers.insert(HeaderName::from_static("traceparent"), v);
-            }
-            if let Some(Ok(v)) = t.tracestate.as_deref().map(HeaderValue::from_str) {
-                headers.insert(HeaderName::from_static("tracestate"), v);
-            }
+            add_trace_context(&mut headers, t);
         }
         // Bounded by the caller: a request's whole exchange, or `post_message`.
         let resp = self
@@ -498,7 +502,7 @@ impl HttpLink {
             return;
         }
         let headers = match self.base_headers(ACCEPT_BOTH).await {
-            Ok(h) => h,
+            Ok((h, _)) => h,
             Err(e) => {
                 tracing::debug!(error = %e, "upstream session DELETE skipped");
                 return;
@@ -534,12 +538,12 @@ async fn listen_loop(conn: Weak<Connection>) {
                 return;
             }
             match l.base_headers("text/event-stream").await {
-                Ok(mut headers) => {
+                Ok((mut headers, _)) => {
                     if let Some(id) = last_event_id
                         .as_deref()
                         .and_then(|i| HeaderValue::from_str(i).ok())
                     {
-                        headers.insert(HeaderName::from_static(header::LAST_EVENT_ID), id);
+                        headers.add(&HeaderName::from_static(header::LAST_EVENT_ID), &id);
                     }
                     let client = l.client.clone();
                     // Hold no strong reference while waiting: the connection may close.
@@ -622,6 +626,17 @@ pub(super) async fn status_error(upstream: &str, resp: Response) -> GatewayError
             ),
         ),
         _ => unavailable(upstream, format!("{ANSWERED_HTTP}{}", status.as_u16())),
+    }
+}
+
+/// W3C Trace Context headers, for HTTP-level tracing in front of the upstream (a value that is
+/// not a valid header is left out).
+pub(super) fn add_trace_context(headers: &mut HeaderLines, t: &Propagation) {
+    if let Ok(v) = HeaderValue::from_str(&t.traceparent) {
+        headers.add_bytes("traceparent", v.as_bytes());
+    }
+    if let Some(Ok(v)) = t.tracestate.as_deref().map(HeaderValue::from_str) {
+        headers.add_bytes("tracestate", v.as_bytes());
     }
 }
 

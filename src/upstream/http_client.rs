@@ -22,6 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::h1::{BodyState, Conn};
+use super::header_lines::HeaderLines;
 
 /// Idle connections kept per upstream; more are closed when their response is read.
 const MAX_IDLE: usize = 128;
@@ -67,9 +68,9 @@ pub struct OriginClient {
     /// `http://<authority>` when requests go to a proxy in absolute-form (http through a
     /// proxy): the prefix of every other target on this origin.
     absolute_prefix: Option<String>,
-    host: HeaderValue,
-    /// `Proxy-Authorization` on every request (http through a proxy with credentials).
-    proxy_authorization: Option<HeaderValue>,
+    /// The lines every request on this origin starts with, written once: `Host`, and
+    /// `Proxy-Authorization` for http through a proxy with credentials.
+    fixed: Box<[u8]>,
     tls: Option<(tokio_rustls::TlsConnector, ServerName<'static>)>,
     connect_timeout: Duration,
     idle: Mutex<Vec<Idle>>,
@@ -170,12 +171,16 @@ impl OriginClient {
             ),
         };
         let target = Uri::try_from(target).map_err(|e| format!("request target: {e}"))?;
+        let mut fixed = HeaderLines::with_capacity(64);
+        fixed.add(&HOST, &host_header);
+        if let Some(v) = &proxy_authorization {
+            fixed.add(&PROXY_AUTHORIZATION, v);
+        }
         Ok(OriginClient {
             route,
             target,
             absolute_prefix,
-            host: host_header,
-            proxy_authorization,
+            fixed: fixed.as_bytes().into(),
             tls,
             connect_timeout,
             idle: Mutex::new(Vec::new()),
@@ -187,7 +192,7 @@ impl OriginClient {
     pub async fn send(
         self: &Arc<Self>,
         method: Method,
-        headers: HeaderMap,
+        headers: HeaderLines,
         body: Bytes,
     ) -> Result<Response, ClientError> {
         self.send_to(&self.target, method, headers, body).await
@@ -207,18 +212,15 @@ impl OriginClient {
         Uri::try_from(target).map_err(|e| format!("request target: {e}"))
     }
 
-    /// Sends one request to `target` (the upstream's URL, or one from [`Self::target_for`]).
+    /// Sends one request to `target` (the upstream's URL, or one from [`Self::target_for`]),
+    /// with this origin's `Host` (and proxy credentials) before `headers`.
     pub async fn send_to(
         self: &Arc<Self>,
         target: &Uri,
         method: Method,
-        mut headers: HeaderMap,
+        headers: HeaderLines,
         body: Bytes,
     ) -> Result<Response, ClientError> {
-        headers.insert(HOST, self.host.clone());
-        if let Some(v) = &self.proxy_authorization {
-            headers.insert(PROXY_AUTHORIZATION, v.clone());
-        }
         loop {
             let (mut conn, reused) = match self.checkout() {
                 Some(c) => (c, true),
@@ -226,7 +228,10 @@ impl OriginClient {
                 // request, on a pooled connection, never needs.
                 None => (Box::pin(self.connect()).await?, false),
             };
-            if let Err(e) = conn.send(&method, target, &headers, &body).await {
+            if let Err(e) = conn
+                .send(&method, target, &self.fixed, &headers, &body)
+                .await
+            {
                 // A pooled connection the server closed as the request went out: the request
                 // did not get through, so it goes out on another one.
                 if reused {

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, Method};
+use http::Method;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -115,7 +115,7 @@ async fn read_all(mut resp: Response) -> Bytes {
 async fn assert_echoed(c: &Arc<OriginClient>, body: impl Into<Bytes>) {
     let body = body.into();
     let resp = c
-        .send(Method::POST, HeaderMap::new(), body.clone())
+        .send(Method::POST, HeaderLines::default(), body.clone())
         .await
         .unwrap();
     assert_eq!(read_all(resp).await, body);
@@ -128,7 +128,7 @@ async fn sequential_requests_share_one_connection_with_host_and_target_as_in_the
     for i in 0..20 {
         let body = Bytes::from(format!("request {i}"));
         let resp = c
-            .send(Method::POST, HeaderMap::new(), body.clone())
+            .send(Method::POST, HeaderLines::default(), body.clone())
             .await
             .unwrap();
         assert_eq!(resp.status(), StatusCode::OK);
@@ -179,7 +179,7 @@ async fn a_body_left_unread_does_not_return_its_connection() {
     let resp = c
         .send(
             Method::POST,
-            HeaderMap::new(),
+            HeaderLines::default(),
             Bytes::from(vec![b'x'; 1 << 20]),
         )
         .await
@@ -199,7 +199,7 @@ async fn nothing_listening_is_a_connect_error() {
         .port();
     let c = client(&format!("http://127.0.0.1:{port}/mcp"));
     let err = c
-        .send(Method::POST, HeaderMap::new(), Bytes::new())
+        .send(Method::POST, HeaderLines::default(), Bytes::new())
         .await
         .err()
         .unwrap();
@@ -261,7 +261,7 @@ async fn https_upstreams_are_verified_against_the_trust_store() {
     let url = url::Url::parse(&format!("https://localhost:{}/mcp", server.port)).unwrap();
     let c = Arc::new(OriginClient::build(&url, Duration::from_secs(5), Some(other), None).unwrap());
     let err = c
-        .send(Method::POST, HeaderMap::new(), Bytes::new())
+        .send(Method::POST, HeaderLines::default(), Bytes::new())
         .await
         .err()
         .unwrap();
@@ -355,7 +355,7 @@ async fn other_urls_on_the_origin_get_the_same_target_form() {
         .send_to(
             &target,
             Method::POST,
-            HeaderMap::new(),
+            HeaderLines::default(),
             Bytes::from_static(b"x"),
         )
         .await

@@ -7,14 +7,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use ::http::header::{ACCEPT, CONTENT_TYPE, HeaderName, HeaderValue};
+use ::http::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
 use ::http::{Method, StatusCode, Uri};
 use bytes::Bytes;
 
 use super::connection::Connection;
 use super::credentials::Credentials;
 use super::handshake;
-use super::http::{closed, is_event_stream, protocol, read_body, status_error, unavailable};
+use super::http::{
+    add_trace_context, closed, is_event_stream, protocol, read_body, status_error, unavailable,
+};
 use super::http_client::{OriginClient, Response};
 use super::link::Link;
 use super::sse::SseParser;
@@ -146,14 +148,9 @@ impl SseLink {
             let mut token_renewed = false;
             loop {
                 let mut headers = self.credentials.headers().await?;
-                headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                headers.add(&CONTENT_TYPE, &HeaderValue::from_static("application/json"));
                 if let Some(t) = trace {
-                    if let Ok(v) = HeaderValue::from_str(&t.traceparent) {
-                        headers.insert(HeaderName::from_static("traceparent"), v);
-                    }
-                    if let Some(Ok(v)) = t.tracestate.as_deref().map(HeaderValue::from_str) {
-                        headers.insert(HeaderName::from_static("tracestate"), v);
-                    }
+                    add_trace_context(&mut headers, t);
                 }
                 let mut resp = self
                     .client
@@ -261,7 +258,7 @@ impl SseLink {
         let mut token_renewed = false;
         let mut resp = loop {
             let mut headers = self.credentials.headers().await?;
-            headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+            headers.add(&ACCEPT, &HeaderValue::from_static("text/event-stream"));
             let mut resp = self
                 .client
                 .send(Method::GET, headers, Bytes::new())

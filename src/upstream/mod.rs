@@ -8,6 +8,7 @@ mod connection;
 mod credentials;
 mod h1;
 mod handshake;
+mod header_lines;
 mod health;
 mod http;
 mod http_client;
