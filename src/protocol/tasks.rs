@@ -61,11 +61,16 @@ pub fn merge_session_tasks(caps: &Map<String, Value>, out: &mut Map<String, Valu
     }
 }
 
-/// Whether upstream capabilities offer tasks on `tools/call` (either revision).
-pub fn offers_tool_tasks(caps: &Value) -> bool {
+/// Whether upstream capabilities offer the extension (any value, `null` too).
+pub fn offers_extension(caps: &Value) -> bool {
     caps.get("extensions")
         .and_then(|e| e.get(EXTENSION))
         .is_some()
+}
+
+/// Whether upstream capabilities offer tasks on `tools/call` (either revision).
+pub fn offers_tool_tasks(caps: &Value) -> bool {
+    offers_extension(caps)
         || caps
             .get("tasks")
             .and_then(|t| t.get("requests"))

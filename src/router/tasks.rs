@@ -75,21 +75,14 @@ fn tag(key: &CursorKey, tenant: &str, user: &str, payload: &[u8]) -> String {
 fn offers_tasks(session: &LiveSession, upstream: &Upstream) -> bool {
     session
         .link(upstream.info.id)
-        .and_then(|c| c.server())
-        .is_some_and(|s| {
-            s.capabilities
-                .get("extensions")
-                .and_then(|e| e.get(EXTENSION))
-                .is_some()
-        })
+        .is_some_and(|c| c.offers_task_extension())
 }
 
 /// Whether `upstream`'s tool results may be tasks (either revision).
 fn offers_tool_tasks(session: &LiveSession, upstream: &Upstream) -> bool {
     session
         .link(upstream.info.id)
-        .and_then(|c| c.server())
-        .is_some_and(|s| tasks::offers_tool_tasks(&s.capabilities))
+        .is_some_and(|c| c.offers_tool_tasks())
 }
 
 /// Whether the gateway runs a `tools/call` of `upstream`'s tool `name` as a task itself: the

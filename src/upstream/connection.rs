@@ -5,7 +5,7 @@
 //! everything the upstream sends back), `link.rs` (the transports), `subscribe.rs` (resource
 //! subscriptions).
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 
 use serde_json::value::RawValue;
@@ -50,6 +50,9 @@ pub struct Connection {
     pub(super) subscriptions:
         std::sync::Mutex<std::collections::HashMap<String, Vec<Weak<dyn ClientSession>>>>,
     server: RwLock<Option<Arc<UpstreamServer>>>,
+    /// What `server`'s capabilities offer of tasks ([`TASK_EXTENSION`], [`TOOL_TASKS`]): asked
+    /// on every `tools/call`, read without the lock and the walk through the capabilities.
+    tasks: AtomicU8,
     /// The upstream speaks the stateless revision (or is being probed for it): requests carry
     /// the revision's `_meta` and headers, and `input_required` results are handled.
     stateless: AtomicBool,
@@ -71,6 +74,11 @@ pub struct Connection {
 /// many, further ones are dropped and counted, so a client sending notifications faster than
 /// the upstream takes them holds neither tasks nor memory without bound.
 pub const MAX_RELAYS: u32 = 64;
+
+/// `Connection::tasks` bits: the upstream offers the tasks extension; its tool calls may
+/// answer with tasks (the extension, or the 2025-11-25 `tasks.requests.tools.call`).
+const TASK_EXTENSION: u8 = 1;
+const TOOL_TASKS: u8 = 2;
 
 /// A relay's place among [`MAX_RELAYS`], given back when dropped.
 pub struct RelaySlot(Arc<Connection>);
@@ -102,6 +110,7 @@ impl Connection {
             aliases: Table::default(),
             subscriptions: Default::default(),
             server: RwLock::new(None),
+            tasks: AtomicU8::new(0),
             stateless: AtomicBool::new(false),
             subscribed: AtomicBool::new(false),
             resubscribe: Arc::default(),
@@ -155,10 +164,29 @@ impl Connection {
     pub(crate) fn set_server(&self, server: UpstreamServer) {
         self.stateless
             .store(server.protocol_version.is_stateless(), Ordering::Release);
+        let caps = &server.capabilities;
+        let mut tasks = 0;
+        if crate::protocol::tasks::offers_extension(caps) {
+            tasks |= TASK_EXTENSION;
+        }
+        if crate::protocol::tasks::offers_tool_tasks(caps) {
+            tasks |= TOOL_TASKS;
+        }
+        self.tasks.store(tasks, Ordering::Release);
         let server = self.info.shared_server(server);
         if let Ok(mut s) = self.server.write() {
             *s = Some(server);
         }
+    }
+
+    /// Whether the upstream's capabilities offer the tasks extension (2026-07-28).
+    pub fn offers_task_extension(&self) -> bool {
+        self.tasks.load(Ordering::Acquire) & TASK_EXTENSION != 0
+    }
+
+    /// Whether the upstream's `tools/call` results may be tasks (either revision).
+    pub fn offers_tool_tasks(&self) -> bool {
+        self.tasks.load(Ordering::Acquire) & TOOL_TASKS != 0
     }
 
     /// Whether the upstream speaks the stateless revision.

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use ::http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use ::http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use ::http::{Method, StatusCode};
 use bytes::{Bytes, BytesMut};
 
@@ -189,7 +189,8 @@ impl HttpLink {
         accept: &'static str,
     ) -> Result<(HeaderLines, bool), GatewayError> {
         let mut h = self.credentials.headers().await?;
-        h.add(&ACCEPT, &HeaderValue::from_static(accept));
+        // Constants: `HeaderValue::from_static` checks every byte at run time.
+        h.add_bytes("accept", accept.as_bytes());
         let mut had_session = false;
         if let Ok(s) = self.session_id.lock()
             && let Some(v) = s.as_ref()
@@ -229,7 +230,7 @@ impl HttpLink {
         mcp: Option<&McpHeaders>,
     ) -> Result<(Response, bool), GatewayError> {
         let (mut headers, had_session) = self.base_headers(ACCEPT_BOTH).await?;
-        headers.add(&CONTENT_TYPE, &HeaderValue::from_static("application/json"));
+        headers.add_bytes("content-type", b"application/json");
         if let Some(m) = mcp {
             headers.add(&header::name::METHOD, &m.method);
             if let Some(n) = &m.name {

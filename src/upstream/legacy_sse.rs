@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use ::http::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
 use ::http::{Method, StatusCode, Uri};
 use bytes::Bytes;
 
@@ -148,7 +147,7 @@ impl SseLink {
             let mut token_renewed = false;
             loop {
                 let mut headers = self.credentials.headers().await?;
-                headers.add(&CONTENT_TYPE, &HeaderValue::from_static("application/json"));
+                headers.add_bytes("content-type", b"application/json");
                 if let Some(t) = trace {
                     add_trace_context(&mut headers, t);
                 }
@@ -258,7 +257,7 @@ impl SseLink {
         let mut token_renewed = false;
         let mut resp = loop {
             let mut headers = self.credentials.headers().await?;
-            headers.add(&ACCEPT, &HeaderValue::from_static("text/event-stream"));
+            headers.add_bytes("accept", b"text/event-stream");
             let mut resp = self
                 .client
                 .send(Method::GET, headers, Bytes::new())
