@@ -43,7 +43,7 @@ pub async fn handle(
     body: Body,
 ) -> Response<Body> {
     let mut ex = Recorded::start(tenant, &parts.method, "unparsed");
-    let (span, label) = (&ex.span, &mut ex.label);
+    let (span, label) = (&mut ex.span, &mut ex.label);
     let result = match parts.method {
         Method::POST => post(gateway, tenant, principal, parts, body, label, span).await,
         Method::GET | Method::DELETE if stateless_headers(parts) => {
@@ -55,12 +55,14 @@ pub async fn handle(
         }
         Method::GET => {
             *label = "http/get";
+            let span = span.open(&tenant.name, parts.method.as_str());
             traced(span, None, parts);
             // Boxed, as DELETE: once per session each, they need not size every POST's future.
             telemetry::in_span(span, Box::pin(get(gateway, tenant, principal, parts))).await
         }
         Method::DELETE => {
             *label = "http/delete";
+            let span = span.open(&tenant.name, parts.method.as_str());
             traced(span, None, parts);
             telemetry::in_span(span, Box::pin(delete(gateway, tenant, principal, parts))).await
         }
@@ -78,7 +80,7 @@ pub async fn handle(
 /// server span of a trace) and metrics label (set by the handler as soon as it knows what the
 /// request is), and the time it started; `finish` records the outcome.
 pub(super) struct Recorded {
-    pub(super) span: tracing::Span,
+    pub(super) span: telemetry::RequestSpan,
     pub(super) label: &'static str,
     started: std::time::Instant,
 }
@@ -86,7 +88,7 @@ pub(super) struct Recorded {
 impl Recorded {
     pub(super) fn start(tenant: &Tenant, method: &Method, label: &'static str) -> Recorded {
         Recorded {
-            span: telemetry::request_span(&tenant.name, method.as_str()),
+            span: telemetry::RequestSpan::start(&tenant.name, method.as_str()),
             label,
             started: std::time::Instant::now(),
         }
@@ -99,7 +101,7 @@ impl Recorded {
         result: Result<Response<Body>, GatewayError>,
     ) -> Response<Body> {
         let resp = result.unwrap_or_else(|e| e.into_response(None));
-        record_exchange(tenant, self.label, self.started, &self.span, &resp);
+        record_exchange(tenant, self.label, self.started, &self.span.span, &resp);
         resp
     }
 }
@@ -158,13 +160,14 @@ async fn post(
     parts: &Parts,
     body: Body,
     label: &mut &'static str,
-    span: &tracing::Span,
+    span: &mut telemetry::RequestSpan,
 ) -> Result<Response<Body>, GatewayError> {
     headers::check_content_type(&parts.headers)?;
     headers::check_post_accept(&parts.headers)?;
     let bytes = gateway.bodies.read(body).await?;
     if jsonrpc::is_batch(&bytes) {
         *label = "batch";
+        let span = span.open(&tenant.name, parts.method.as_str());
         traced(span, None, parts);
         // Boxed: a batch's state would size every single request's future.
         let batch = Box::pin(batch::serve(gateway, tenant, principal, parts, &bytes));
@@ -174,30 +177,29 @@ async fn post(
         Ok(m) => m,
         Err(e) => return Ok(refuse_unparsed(e)),
     };
-    *label = describe(span, parts, &message);
+    *label = describe(span, tenant, parts, &message);
     let handled = dispatch(gateway, tenant, principal, parts, &bytes, message);
-    telemetry::in_span(span, handled).await
+    telemetry::in_span(&span.span, handled).await
 }
 
-/// Names a client message in its request span (method, id, the client's trace context);
-/// returns the metrics label of its method.
-pub(super) fn describe(span: &tracing::Span, parts: &Parts, message: &Message<'_>) -> &'static str {
-    let (method, params) = match message {
-        Message::Request(r) => (Some(&*r.method), r.params),
-        Message::Notification(n) => (Some(&*n.method), n.params),
-        Message::Response(_) => (None, None),
+/// Names a client message in its request span (method, id, the client's trace context),
+/// opening the span if it is not yet; returns the metrics label of its method.
+pub(super) fn describe(
+    span: &mut telemetry::RequestSpan,
+    tenant: &Tenant,
+    parts: &Parts,
+    message: &Message<'_>,
+) -> &'static str {
+    let (method, params, id) = match message {
+        Message::Request(r) => (Some(&*r.method), r.params, Some(r.id.get())),
+        Message::Notification(n) => (Some(&*n.method), n.params, None),
+        Message::Response(_) => (None, None, None),
     };
-    if let Some(m) = method {
-        match message {
-            Message::Request(r) => telemetry::name_request(span, m, r.id.get()),
-            _ => {
-                span.record("mcp.method.name", m);
-            }
-        }
-        if telemetry::enabled() {
-            span.record("otel.name", m);
-        }
-    }
+    let (tenant, http_method) = (&*tenant.name, parts.method.as_str());
+    let span = match method {
+        Some(m) => span.name_message(tenant, http_method, m, id),
+        None => span.open(tenant, http_method),
+    };
     traced(span, params, parts);
     method.map_or("response", crate::protocol::Method::label)
 }

@@ -57,10 +57,11 @@ pub async fn handle(
     route: Route,
 ) -> Response<Body> {
     let mut ex = Recorded::start(&tenant, &parts.method, "http/other");
-    let (span, label) = (&ex.span, &mut ex.label);
+    let (span, label) = (&mut ex.span, &mut ex.label);
     let result = match (route, &parts.method) {
         (Route::Stream, &Method::GET) => {
             *label = "http/get";
+            let span = span.open(&tenant.name, parts.method.as_str());
             telemetry::in_span(span, open_stream(&gateway, &tenant, &principal, &parts)).await
         }
         (Route::Messages, &Method::POST) => {
@@ -210,7 +211,7 @@ async fn post(
     parts: &Parts,
     body: Body,
     label: &mut &'static str,
-    span: &tracing::Span,
+    span: &mut telemetry::RequestSpan,
 ) -> Result<Response<Body>, GatewayError> {
     headers::check_content_type(&parts.headers)?;
     let presented = session_param(parts)?;
@@ -219,10 +220,10 @@ async fn post(
         Ok(m) => m,
         Err(e) => return Ok(refuse_unparsed(e)),
     };
-    *label = describe(span, parts, &message);
+    *label = describe(span, tenant, parts, &message);
     headers::protocol_version(&parts.headers)?;
     let handled = dispatch(gateway, tenant, principal, &presented, &bytes, message);
-    telemetry::in_span(span, handled).await
+    telemetry::in_span(&span.span, handled).await
 }
 
 /// The `sessionId` query parameter (400 without it).

@@ -75,6 +75,21 @@ async fn every_tool_call_is_audited_with_what_it_came_to() {
         ],
         "one event per call, in order: {audits:#?}"
     );
+    // Each in its request's context (no trace export here: the span is made once the message
+    // is parsed, with its method and id): tenant, method, the call's own id, the session.
+    let session = c.session.clone().unwrap_or_default();
+    for (audit, id) in audits.iter().zip(2..) {
+        let span = &audit["span"];
+        assert_eq!(span["tenant"], "acme", "{audit}");
+        assert_eq!(span["http.request.method"], "POST", "{audit}");
+        assert_eq!(span["mcp.method.name"], "tools/call", "{audit}");
+        assert_eq!(span["jsonrpc.request.id"], id.to_string(), "{audit}");
+        let hashed = span["mcp.session.id"].as_str().unwrap_or_default();
+        assert!(
+            !hashed.is_empty() && !session.is_empty() && !hashed.contains(&session),
+            "the session's hashed id, not the id: {audit}"
+        );
+    }
     // Every line of the log is one JSON event: the forged name did not split one.
     for line in logs.lines().filter(|l| !l.trim().is_empty()) {
         assert!(
