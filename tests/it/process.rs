@@ -14,6 +14,7 @@ use tokio::process::Command;
 use crate::support::client::RawClient;
 use crate::support::config::{demo_server_exe, gateway_exe};
 use crate::support::peers::free_port;
+use crate::support::process::GatewayProcess;
 use crate::support::{TempDir, eventually, process_alive};
 
 async fn run_check(path: &std::path::Path, env: &[(&str, &str)]) -> (i32, String, String) {
@@ -230,4 +231,77 @@ async fn sigterm_stops_every_child_and_logs_their_stderr() {
         "{line}"
     );
     assert!(logs.contains("SIGTERM received"), "{logs}");
+}
+
+/// A refused request is logged once, in its request's context: with Redis gone each
+/// `initialize` is a 503 with `Retry-After` and one error line naming tenant and method, not
+/// also a context-free `response failed` line from the HTTP layer (at `info`, as in
+/// production: an outage under load would log both per request). With debug logs the HTTP
+/// layer's span and response line are there.
+#[tokio::test]
+async fn a_refused_request_is_logged_once_in_its_context() {
+    let mut redis = crate::support::redis::RedisServer::start().await;
+    let dir = TempDir::new("refusal-logs");
+    let demo = demo_server_exe().display().to_string();
+    let yaml = format!(
+        "sessions:\n  store: {{redis: {{url: \"{}\", prefix: rl}}}}\ntenants:\n  - name: acme\n    upstreams:\n      - name: demo\n        stdio: {{command: \"{demo}\", args: [\"--stdio\"]}}\n",
+        redis.url()
+    );
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "refusals", "version": "0"}}
+    });
+    let lines = |logs: &str| -> Vec<serde_json::Value> {
+        logs.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+
+    // Debug logs: a request gets the HTTP layer's response line too.
+    let port = free_port();
+    let path = dir.path("debug.yaml");
+    std::fs::write(&path, format!("listen: 127.0.0.1:{port}\n{yaml}")).expect("config");
+    let gw =
+        GatewayProcess::run_with_env(&path, port, &[], &[("RUST_LOG", "debug")], "debug").await;
+    let r = RawClient::new(gw.url("acme")).post(&initialize).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let logs = gw.stop().await;
+    assert!(
+        lines(&logs)
+            .iter()
+            .any(|l| l["target"] == "tower_http::trace::on_response"),
+        "no HTTP layer line at debug:\n{logs}"
+    );
+
+    // Info logs, Redis gone: 503s, each logged once with its context.
+    let gw = GatewayProcess::start(&yaml, &dir, "info").await;
+    redis.kill().await;
+    let refused = 3;
+    for _ in 0..refused {
+        let r = RawClient::new(gw.url("acme")).post(&initialize).await;
+        assert_eq!(r.status, 503, "{r:?}");
+        assert!(r.header("retry-after").is_some(), "{r:?}");
+    }
+    let logs = gw.stop().await;
+    let lines = lines(&logs);
+    let http_layer: Vec<_> = lines
+        .iter()
+        .filter(|l| {
+            l["target"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("tower_http"))
+        })
+        .collect();
+    assert!(http_layer.is_empty(), "{http_layer:#?}");
+    let errors: Vec<_> = lines.iter().filter(|l| l["level"] == "ERROR").collect();
+    assert_eq!(
+        errors.len(),
+        refused,
+        "one error line per refusal: {errors:#?}"
+    );
+    for e in errors {
+        assert_eq!(e["span"]["tenant"], "acme", "{e}");
+        assert_eq!(e["span"]["mcp.method.name"], "initialize", "{e}");
+    }
 }
