@@ -164,7 +164,6 @@ fn log_layer(
 /// `EnvFilter` takes a lock and looks the span up at every enter, exit and record (~400
 /// instructions per forwarded call), needed only for directives on spans or fields (`[…]`).
 fn log_filter(spec: Option<&str>) -> Box<dyn Filter<Registry> + Send + Sync> {
-    let fallback = || EnvFilter::new("info");
     let Some(spec) = spec else {
         return Box::new(Targets::new().with_default(tracing::Level::INFO));
     };
@@ -178,7 +177,7 @@ fn log_filter(spec: Option<&str>) -> Box<dyn Filter<Registry> + Send + Sync> {
     {
         return Box::new(targets);
     }
-    Box::new(env.unwrap_or_else(|_| fallback()))
+    Box::new(env.unwrap_or_else(|_| EnvFilter::new("info")))
 }
 
 fn build_provider(s: &Settings) -> Result<SdkTracerProvider, String> {

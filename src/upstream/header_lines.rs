@@ -44,8 +44,8 @@ impl HeaderLines {
         &self.0
     }
 
-    /// The value of the first field named `name` (ASCII case-insensitive), for tests and
-    /// checks off the hot path.
+    /// The value of the first field named `name` (ASCII case-insensitive), for tests.
+    #[cfg(test)]
     pub fn get(&self, name: &str) -> Option<&[u8]> {
         self.0.split(|&b| b == b'\n').find_map(|line| {
             let line = line.strip_suffix(b"\r")?;
