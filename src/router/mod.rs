@@ -297,6 +297,9 @@ pub async fn ensure_link(
         // what upstreams ask on theirs.
         conn.listen_for_requests();
     }
+    // The request that opened the link goes out once the upstream has its GET stream: else
+    // a question asked there at once (from inside the tool called) finds none open.
+    conn.stream_answered().await;
     session.set_link(id, conn.clone(), owned, permit);
     // Boxed: rare (a session continued from another replica), and a round trip per resource.
     Box::pin(resources::rejoin(session, upstream, &conn)).await;

@@ -72,6 +72,9 @@ impl McpHeaders {
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 /// Upper bound on waiting for an upstream's answer to a DELETE at shutdown.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a link's first request waits for the upstream to answer the GET stream opened with
+/// it (`HttpLink::stream_answered`); SDK servers answer its head at once.
+const GET_STREAM_WAIT: Duration = Duration::from_secs(2);
 /// How long an answered request's event stream may take to end before its connection is
 /// dropped rather than reused.
 const STREAM_END_WAIT: Duration = Duration::from_millis(100);
@@ -89,6 +92,10 @@ pub struct HttpLink {
     reinit: tokio::sync::Mutex<()>,
     listening: AtomicBool,
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The upstream answered the first GET of the stream `listen` opened (open, refused or
+    /// failed), or there is none to wait for: see [`HttpLink::stream_answered`].
+    get_answered: AtomicBool,
+    get_answer: tokio::sync::Notify,
     closed: AtomicBool,
     exchange_timeout: Duration,
     init_timeout: Duration,
@@ -115,6 +122,8 @@ impl HttpLink {
             reinit: tokio::sync::Mutex::new(()),
             listening: AtomicBool::new(false),
             listener: Mutex::new(None),
+            get_answered: AtomicBool::new(false),
+            get_answer: tokio::sync::Notify::new(),
             closed: AtomicBool::new(false),
             exchange_timeout: max_request_timeout + EXCHANGE_SLACK,
             init_timeout,
@@ -480,6 +489,30 @@ impl HttpLink {
         self.restart_listener(conn);
     }
 
+    /// Waits, at most [`GET_STREAM_WAIT`], until the upstream has answered the GET stream
+    /// `listen` opened: a request sent before it could reach an upstream that asks its
+    /// questions on that stream (`roots/list` from inside a tool, as the Python SDK 1.x does)
+    /// while the stream is not open there yet, and the question would be lost. At once when not
+    /// listening or answered already; once per link in practice (its first request).
+    pub async fn stream_answered(&self) {
+        if !self.listening.load(Ordering::Acquire) {
+            return;
+        }
+        let notified = self.get_answer.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.get_answered.load(Ordering::Acquire) {
+            return;
+        }
+        let _ = tokio::time::timeout(GET_STREAM_WAIT, notified).await;
+    }
+
+    fn mark_get_answered(&self) {
+        if !self.get_answered.swap(true, Ordering::AcqRel) {
+            self.get_answer.notify_waiters();
+        }
+    }
+
     fn restart_listener(&self, conn: &Arc<Connection>) {
         let task = tokio::spawn(listen_loop(Arc::downgrade(conn)));
         if let Ok(mut l) = self.listener.lock()
@@ -552,6 +585,7 @@ async fn listen_loop(conn: Weak<Connection>) {
                     client.send(Method::GET, headers, Bytes::new()).await
                 }
                 Err(e) => {
+                    http_link(&c).mark_get_answered();
                     drop(c);
                     tracing::debug!(upstream = %name, error = %e, "upstream GET stream: no credentials yet");
                     tokio::time::sleep(backoff).await;
@@ -560,6 +594,10 @@ async fn listen_loop(conn: Weak<Connection>) {
                 }
             }
         };
+        // Answered (a stream, a refusal or a failure): requests held for it go on.
+        if let Some(c) = conn.upgrade() {
+            http_link(&c).mark_get_answered();
+        }
         match request {
             Ok(resp) if resp.status() == StatusCode::METHOD_NOT_ALLOWED => {
                 tracing::debug!(upstream = %name, "upstream offers no GET stream");

@@ -179,6 +179,15 @@ impl Connection {
         }
     }
 
+    /// Waits (bounded) until an HTTP upstream has answered the GET stream `listen` opened, so
+    /// the link's first request cannot overtake it (`HttpLink::stream_answered`); at once for
+    /// other links.
+    pub async fn stream_answered(&self) {
+        if let Link::Http(l) = &self.link {
+            l.stream_answered().await;
+        }
+    }
+
     /// Whether the link carries requests now (stdio: handshake done; HTTP: always, as its
     /// sessions open on demand; SSE: a stream is open and initialized).
     pub fn is_ready(&self) -> bool {
