@@ -215,13 +215,72 @@ async fn a_session_based_upstream_refusing_the_version_probe_is_not_a_warning() 
     );
 }
 
+/// A stateless client's `tools/call` of the `roots` tool of `get_stream_server.py` (id `id`),
+/// with `extra` members in its params (a retry's `requestState` and `inputResponses`).
+async fn call_roots(c: &RawClient, id: u64, extra: Value) -> crate::support::client::Reply {
+    const V: &str = "2026-07-28";
+    let mut params = json!({"name": "roots", "arguments": {}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": V,
+        "io.modelcontextprotocol/clientCapabilities": {"roots": {}},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"}}});
+    if let (Some(p), Value::Object(more)) = (params.as_object_mut(), extra) {
+        p.extend(more);
+    }
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+    c.post_raw(
+        body.to_string(),
+        &[
+            ("content-type", "application/json"),
+            ("accept", crate::support::client::ACCEPT_BOTH),
+            ("mcp-protocol-version", V),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "roots"),
+        ],
+    )
+    .await
+}
+
+/// An upstream whose GET stream never answers (no head: stuck or slow there) holds the first
+/// request of a link no longer than the bound (2 s), which is then answered; later requests
+/// do not wait again. The wait for the stream is never a hang.
+#[tokio::test]
+async fn a_get_stream_that_never_answers_holds_the_first_call_for_the_bound_only() {
+    let port = free_port();
+    let peer = HttpPeer::get_stream_server_with(port, &["--silent-get"]).await;
+    let gw = TestGateway::start(config(vec![tenant(
+        "g",
+        vec![upstream("gs", http(&peer.url()))],
+    )]))
+    .await;
+    let c = RawClient::new(gw.url("g"));
+    let started = std::time::Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(15), call_roots(&c, 1, json!({})))
+        .await
+        .expect("the first call is answered");
+    let took = started.elapsed();
+    // The tool found no stream open upstream, and says so.
+    assert_eq!(text_of(r.last()), "no GET stream", "{:?}", r.last());
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(10),
+        "held for the bound, then sent: {took:?}"
+    );
+    let started = std::time::Instant::now();
+    let r = call_roots(&c, 2, json!({})).await;
+    assert_eq!(text_of(r.last()), "no GET stream", "{:?}", r.last());
+    assert!(
+        started.elapsed() < Duration::from_millis(1900),
+        "a later call does not wait again: {:?}",
+        started.elapsed()
+    );
+    gw.stop().await;
+}
+
 /// A session-based upstream that asks its questions on its standalone GET stream (as the
 /// Python SDK 1.x's `list_roots()` does), reached by a 2026-07-28 client, which has no stream
 /// of its own: the gateway listens on the upstream's GET stream, relates the question to the
 /// one call in flight, and the client gets it as that call's `input_required` result.
 #[tokio::test]
 async fn an_upstream_request_on_its_get_stream_reaches_a_stateless_client() {
-    const V: &str = "2026-07-28";
     let port = free_port();
     let peer = HttpPeer::get_stream_server(port).await;
     let gw = TestGateway::start(config(vec![tenant(
@@ -230,31 +289,7 @@ async fn an_upstream_request_on_its_get_stream_reaches_a_stateless_client() {
     )]))
     .await;
     let c = RawClient::new(gw.url("g"));
-    let call = |id: u64, extra: Value| {
-        let mut params = json!({"name": "roots", "arguments": {}, "_meta": {
-            "io.modelcontextprotocol/protocolVersion": V,
-            "io.modelcontextprotocol/clientCapabilities": {"roots": {}},
-            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"}}});
-        if let (Some(p), Value::Object(more)) = (params.as_object_mut(), extra) {
-            p.extend(more);
-        }
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
-        let c = &c;
-        async move {
-            c.post_raw(
-                body.to_string(),
-                &[
-                    ("content-type", "application/json"),
-                    ("accept", crate::support::client::ACCEPT_BOTH),
-                    ("mcp-protocol-version", V),
-                    ("mcp-method", "tools/call"),
-                    ("mcp-name", "roots"),
-                ],
-            )
-            .await
-        }
-    };
-    let r = tokio::time::timeout(Duration::from_secs(15), call(1, json!({})))
+    let r = tokio::time::timeout(Duration::from_secs(15), call_roots(&c, 1, json!({})))
         .await
         .expect("the question is not left to time out");
     let first = r.last()["result"].clone();
@@ -266,7 +301,7 @@ async fn an_upstream_request_on_its_get_stream_reaches_a_stateless_client() {
         "requestState": first["requestState"],
         "inputResponses": {key.clone(): {"roots": [{"uri": "file:///work/project", "name": "p"}]}}
     });
-    let r = call(2, answer).await;
+    let r = call_roots(&c, 2, answer).await;
     let done = &r.last()["result"];
     assert_eq!(done["resultType"], "complete", "{:?}", r.last());
     assert_eq!(text_of(r.last()), "file:///work/project");

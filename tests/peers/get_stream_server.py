@@ -3,12 +3,14 @@
 on the standalone GET stream, never on the stream of the call that needs them — as servers
 built on the Python SDK 1.x (FastMCP's `ctx.list_roots()`) do. Standard library only.
 
-    get_stream_server.py --port N
+    get_stream_server.py --port N [--silent-get]
 
 Endpoint http://127.0.0.1:N/mcp. Tool `roots {}`: sends `roots/list` on the GET stream (the
 client must have one open), waits up to 20 s for the answer and returns the root URIs it got,
 one per line ("no GET stream" or "no answer" otherwise). Unknown methods (`server/discover`
 included) are -32601. Logs `ready on port N` on stderr once it listens; exits after 300 s.
+With `--silent-get` a GET is read and never answered (no head, no stream: a server stuck or
+slow there), and the connection held open for 60 s.
 """
 
 import argparse
@@ -22,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25")
 SESSIONS = {}  # session id -> {"streams": [Queue], "answers": {id: message}, "cond": Condition}
 LOCK = threading.Lock()
+SILENT_GET = False
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -90,6 +93,9 @@ class Handler(BaseHTTPRequestHandler):
             "code": -32601, "message": f"Method not found: {method}"}})
 
     def do_GET(self):
+        if SILENT_GET:
+            threading.Event().wait(60)  # bounded
+            return None
         _, state = self.session()
         if state is None:
             return self.reply(404)
@@ -141,7 +147,10 @@ def ask_roots(state):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
+    p.add_argument("--silent-get", action="store_true")
     args = p.parse_args()
+    global SILENT_GET
+    SILENT_GET = args.silent_get
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     threading.Timer(300, server.shutdown).start()

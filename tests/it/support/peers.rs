@@ -110,9 +110,15 @@ impl HttpPeer {
     /// `tests/peers/get_stream_server.py`: a session-based server that sends its requests on
     /// the standalone GET stream only.
     pub async fn get_stream_server(port: u16) -> HttpPeer {
+        Self::get_stream_server_with(port, &[]).await
+    }
+
+    /// As [`HttpPeer::get_stream_server`], with extra arguments (`--silent-get`).
+    pub async fn get_stream_server_with(port: u16, extra: &[&str]) -> HttpPeer {
         let mut cmd = Command::new(python());
         cmd.arg(repo().join("tests/peers/get_stream_server.py"))
-            .args(["--port", &port.to_string()]);
+            .args(["--port", &port.to_string()])
+            .args(extra);
         Self::spawn(cmd, port).await
     }
 
