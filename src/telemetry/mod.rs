@@ -212,7 +212,7 @@ fn build_provider(s: &Settings) -> Result<SdkTracerProvider, String> {
 /// before the client's trace context is known: give it a parent with [`adopt_parent`] before
 /// entering it. Its fields are the log context of everything the request does. `named`: the
 /// client message's method and id when they are known already (see [`name_request`]).
-pub fn request_span(
+fn request_span(
     tenant: &str,
     http_method: &str,
     named: Option<(&str, Option<&str>)>,
@@ -299,7 +299,7 @@ impl RequestSpan {
 
 /// Names a client request in its request span: its method and id, recorded together (each
 /// record is one pass through the log layers, so one rather than two per request).
-pub fn name_request(span: &tracing::Span, method: &str, id: &str) {
+fn name_request(span: &tracing::Span, method: &str, id: &str) {
     let Some(meta) = span.metadata() else { return };
     let fields = meta.fields();
     let (Some(m), Some(i)) = (
