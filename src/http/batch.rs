@@ -14,7 +14,6 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use serde_json::value::RawValue;
-use tracing::Instrument;
 
 use super::{endpoint, headers, sse};
 use crate::auth::Principal;
@@ -231,7 +230,7 @@ fn respond(gateway: &Gateway, session: &Arc<LiveSession>, answers: Vec<Answer>) 
         // The last request was cancelled (a final response closes the log already).
         pump_log.finish();
     };
-    tokio::spawn(pump.instrument(tracing::Span::current()));
+    tokio::spawn(crate::telemetry::carry(pump));
     sse::response(Body::from_stream(events::tail(
         log,
         0,

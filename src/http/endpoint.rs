@@ -10,7 +10,6 @@ use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, Response, StatusCode, header};
 use bytes::Bytes;
 use serde_json::value::RawValue;
-use tracing::Instrument;
 
 use super::{batch, guard, headers, sse, stateless};
 use crate::auth::Principal;
@@ -55,14 +54,14 @@ pub async fn handle(
         }
         Method::GET => {
             *label = "http/get";
-            let span = span.open(&tenant.name, parts.method.as_str());
+            let span = span.open(&tenant.name, &parts.method);
             traced(span, None, parts);
             // Boxed, as DELETE: once per session each, they need not size every POST's future.
             telemetry::in_span(span, Box::pin(get(gateway, tenant, principal, parts))).await
         }
         Method::DELETE => {
             *label = "http/delete";
-            let span = span.open(&tenant.name, parts.method.as_str());
+            let span = span.open(&tenant.name, &parts.method);
             traced(span, None, parts);
             telemetry::in_span(span, Box::pin(delete(gateway, tenant, principal, parts))).await
         }
@@ -88,7 +87,7 @@ pub(super) struct Recorded {
 impl Recorded {
     pub(super) fn start(tenant: &Tenant, method: &Method, label: &'static str) -> Recorded {
         Recorded {
-            span: telemetry::RequestSpan::start(&tenant.name, method.as_str()),
+            span: telemetry::RequestSpan::start(&tenant.name, method),
             label,
             started: std::time::Instant::now(),
         }
@@ -134,8 +133,9 @@ fn record_exchange(
 
 /// Gives the request span the client's trace context (`_meta` of `params`, else headers) and,
 /// when traces are exported, its trace id for the logs.
-fn traced(span: &tracing::Span, params: Option<&RawValue>, parts: &Parts) {
+fn traced(span: &telemetry::RequestSpan, params: Option<&RawValue>, parts: &Parts) {
     if telemetry::enabled() {
+        let span = &span.span;
         telemetry::adopt_parent(span, params, &parts.headers);
         if let Some(id) = telemetry::trace_id(span) {
             span.record("trace_id", id);
@@ -150,7 +150,7 @@ pub(super) fn stateless_headers(parts: &Parts) -> bool {
 
 /// Records the (hashed) session id in the current request span.
 pub(super) fn note_session(session: &LiveSession) {
-    telemetry::record_in_current("mcp.session.id", session.log_id.as_str());
+    telemetry::record_session(session.log_id);
 }
 
 async fn post(
@@ -167,7 +167,7 @@ async fn post(
     let bytes = gateway.bodies.read(body).await?;
     if jsonrpc::is_batch(&bytes) {
         *label = "batch";
-        let span = span.open(&tenant.name, parts.method.as_str());
+        let span = span.open(&tenant.name, &parts.method);
         traced(span, None, parts);
         // Boxed: a batch's state would size every single request's future.
         let batch = Box::pin(batch::serve(gateway, tenant, principal, parts, &bytes));
@@ -179,7 +179,7 @@ async fn post(
     };
     *label = describe(span, tenant, parts, &message);
     let handled = dispatch(gateway, tenant, principal, parts, &bytes, message);
-    telemetry::in_span(&span.span, handled).await
+    telemetry::in_span(span, handled).await
 }
 
 /// Names a client message in its request span (method, id, the client's trace context),
@@ -195,7 +195,7 @@ pub(super) fn describe(
         Message::Notification(n) => (Some(&*n.method), n.params, None),
         Message::Response(_) => (None, None, None),
     };
-    let (tenant, http_method) = (&*tenant.name, parts.method.as_str());
+    let (tenant, http_method) = (&tenant.name, &parts.method);
     let span = match method {
         Some(m) => span.name_message(tenant, http_method, m, id),
         None => span.open(tenant, http_method),
@@ -420,7 +420,7 @@ async fn respond_stream(
                     tracing::info!(stream = %pump_log.id, dropped, "a stream's client fell behind: notifications were dropped or coalesced (the response was kept)");
                 }
             };
-            tokio::spawn(pump.instrument(tracing::Span::current()));
+            tokio::spawn(telemetry::carry(pump));
             sse::response(Body::from_stream(events::tail(
                 log,
                 0,

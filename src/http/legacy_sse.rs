@@ -13,7 +13,6 @@ use axum::http::request::Parts;
 use axum::http::{Method, Response};
 use bytes::Bytes;
 use futures_util::StreamExt;
-use tracing::Instrument;
 
 use super::endpoint::{self, Recorded, accepted, describe, note_session, refuse_unparsed};
 use super::{headers, sse};
@@ -61,7 +60,7 @@ pub async fn handle(
     let result = match (route, &parts.method) {
         (Route::Stream, &Method::GET) => {
             *label = "http/get";
-            let span = span.open(&tenant.name, parts.method.as_str());
+            let span = span.open(&tenant.name, &parts.method);
             telemetry::in_span(span, open_stream(&gateway, &tenant, &principal, &parts)).await
         }
         (Route::Messages, &Method::POST) => {
@@ -223,7 +222,7 @@ async fn post(
     *label = describe(span, tenant, parts, &message);
     headers::protocol_version(&parts.headers)?;
     let handled = dispatch(gateway, tenant, principal, &presented, &bytes, message);
-    telemetry::in_span(&span.span, handled).await
+    telemetry::in_span(span, handled).await
 }
 
 /// The `sessionId` query parameter (400 without it).
@@ -450,7 +449,7 @@ fn answer(
         // Another replica may serve the next request: what changed must be in the store.
         gateway.persist(&session).await;
     };
-    tokio::spawn(task.instrument(tracing::Span::current()));
+    tokio::spawn(crate::telemetry::carry(task));
 }
 
 /// Sends a message to the session's stream: here, or on the replica holding it.

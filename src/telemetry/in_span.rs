@@ -1,54 +1,81 @@
-//! A future polled inside a span it borrows ([`in_span`]): what `tracing::Instrument` does for
-//! a request's future, without the span handle of its own and without entering the span again
-//! to drop a future that has completed.
+//! A future polled inside a request's span or log context ([`in_span`]): what
+//! `tracing::Instrument` does for a request's future, without the span handle of its own and
+//! without entering the span again to drop a future that has completed; and the same for a
+//! task a request spawns ([`carry`]).
 
+use std::borrow::Borrow;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tracing::Span;
 
-/// Polls `fut` inside `span`, as `fut.instrument(span.clone())` would, for a span its caller
-/// holds longer anyway (a request's). `Instrument` takes a handle of its own (a clone, and a
-/// close when dropped) and enters the span once more to drop the future even when it has
-/// completed: with the enter and exit, four trips through the span registry and its layers
-/// per request. Here the future is dropped in its last poll, inside the span, and nothing
-/// else is needed. A future dropped unfinished (its request abandoned) is still dropped
-/// inside the span, so what its drop logs keeps the request's context.
-pub fn in_span<F: Future>(span: &Span, fut: F) -> InSpan<'_, F> {
+use super::RequestSpan;
+use super::log_context::{self, Current, LogContext};
+
+/// Polls `fut` inside `request`'s span (or its own log context), as
+/// `fut.instrument(span.clone())` would, for a span its caller holds longer anyway.
+/// `Instrument` takes a handle of its own (a clone, and a close when dropped) and enters the
+/// span once more to drop the future even when it has completed: with the enter and exit,
+/// four trips through the span registry and its layers per request. Here the future is
+/// dropped in its last poll, inside the span, and nothing else is needed. A future dropped
+/// unfinished (its request abandoned) is still dropped inside the span, so what its drop logs
+/// keeps the request's context.
+pub fn in_span<F: Future>(request: &RequestSpan, fut: F) -> InSpan<&Span, F> {
+    within(&request.span, request.context.clone(), fut)
+}
+
+/// `fut` inside the span and the log context current now: for a task a request spawns (a
+/// stream's pump), which goes on in the request's context after the request's own future.
+pub fn carry<F: Future>(fut: F) -> InSpan<Span, F> {
+    within(Span::current(), log_context::current(), fut)
+}
+
+fn within<S: Borrow<Span>, F: Future>(
+    span: S,
+    context: Option<Arc<LogContext>>,
+    fut: F,
+) -> InSpan<S, F> {
     InSpan {
         span,
+        context,
         fut: Some(fut),
     }
 }
 
 pin_project_lite::pin_project! {
-    /// The future of [`in_span`]. (A type, not an `async fn`: an `async fn` would keep its
-    /// argument and the future it polls as two copies of the request's future.)
-    pub struct InSpan<'a, F> {
-        span: &'a Span,
+    /// The future of [`in_span`] and [`carry`]. (A type, not an `async fn`: an `async fn`
+    /// would keep its argument and the future it polls as two copies of the request's
+    /// future.)
+    pub struct InSpan<S: Borrow<Span>, F> {
+        span: S,
+        // Made current while `fut` is polled or dropped (`None`: the span is the context).
+        context: Option<Arc<LogContext>>,
         // `None` once completed (and dropped).
         #[pin]
         fut: Option<F>,
     }
 
-    impl<'a, F> PinnedDrop for InSpan<'a, F> {
+    impl<S: Borrow<Span>, F> PinnedDrop for InSpan<S, F> {
         fn drop(this: Pin<&mut Self>) {
             let mut this = this.project();
             if this.fut.is_some() {
-                let _entered = this.span.enter();
+                let _entered = Borrow::<Span>::borrow(&*this.span).enter();
+                let _current = Current::enter(this.context);
                 this.fut.set(None);
             }
         }
     }
 }
 
-impl<F: Future> Future for InSpan<'_, F> {
+impl<S: Borrow<Span>, F: Future> Future for InSpan<S, F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let mut this = self.project();
-        let _entered = this.span.enter();
+        let _entered = Borrow::<Span>::borrow(&*this.span).enter();
+        let _current = Current::enter(this.context);
         let Some(fut) = this.fut.as_mut().as_pin_mut() else {
             unreachable!("InSpan polled after it completed");
         };
@@ -139,7 +166,7 @@ mod tests {
     fn polls_and_drops_a_completed_future_inside_the_span() {
         with_span(|span| {
             let (probe, seen) = Probe::new(span, 2);
-            assert_eq!(block_on(in_span(span, probe)), 7);
+            assert_eq!(block_on(within(span, None, probe)), 7);
             let seen = seen.lock().unwrap();
             assert_eq!(seen.polled_inside, [true, true, true]);
             assert_eq!(seen.dropped_inside, Some(true));
@@ -154,7 +181,7 @@ mod tests {
     fn an_unfinished_future_dropped_is_dropped_inside_the_span_and_the_span_left() {
         with_span(|span| {
             let (probe, seen) = Probe::new(span, usize::MAX);
-            let mut fut = Box::pin(in_span(span, probe));
+            let mut fut = Box::pin(within(span, None, probe));
             let waker = std::task::Waker::noop();
             let mut cx = Context::from_waker(waker);
             assert!(fut.as_mut().poll(&mut cx).is_pending());
@@ -169,11 +196,111 @@ mod tests {
     fn a_future_never_polled_is_dropped_inside_the_span() {
         with_span(|span| {
             let (probe, seen) = Probe::new(span, 0);
-            drop(in_span(span, probe));
+            drop(within(span, None, probe));
             let seen = seen.lock().unwrap();
             assert!(seen.polled_inside.is_empty());
             assert_eq!(seen.dropped_inside, Some(true));
             assert!(Span::current().is_none(), "the span is left after the drop");
         });
+    }
+
+    /// Pending `pending` times, then ready; notes whether `context` was current at each poll
+    /// and at its drop.
+    struct ContextProbe {
+        context: Arc<LogContext>,
+        pending: usize,
+        seen: Arc<Mutex<Seen>>,
+    }
+
+    impl ContextProbe {
+        fn inside(&self) -> bool {
+            log_context::current().is_some_and(|c| Arc::ptr_eq(&c, &self.context))
+        }
+    }
+
+    impl Future for ContextProbe {
+        type Output = ();
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            let inside = self.inside();
+            self.seen.lock().unwrap().polled_inside.push(inside);
+            if self.pending == 0 {
+                return Poll::Ready(());
+            }
+            self.pending -= 1;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+
+    impl Drop for ContextProbe {
+        fn drop(&mut self) {
+            let inside = self.inside();
+            self.seen.lock().unwrap().dropped_inside = Some(inside);
+        }
+    }
+
+    fn own_context() -> (RequestSpan, Arc<LogContext>) {
+        let context = Arc::new(LogContext::new(
+            &Arc::from("acme"),
+            &http::Method::POST,
+            Some(("tools/call", Some("1"))),
+        ));
+        let request = RequestSpan {
+            span: Span::none(),
+            context: Some(Arc::clone(&context)),
+        };
+        (request, context)
+    }
+
+    #[test]
+    fn a_requests_own_context_is_current_while_polled_and_dropped_and_carried() {
+        let (request, context) = own_context();
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let carried = Arc::new(Mutex::new(Seen::default()));
+        let probe = ContextProbe {
+            context: Arc::clone(&context),
+            pending: 2,
+            seen: Arc::clone(&seen),
+        };
+        let spawned = ContextProbe {
+            context: Arc::clone(&context),
+            pending: 1,
+            seen: Arc::clone(&carried),
+        };
+        let fut = async move {
+            // What a request spawns from inside its future carries the context.
+            let task = carry(spawned);
+            probe.await;
+            task.await;
+        };
+        block_on(in_span(&request, fut));
+        assert!(log_context::current().is_none(), "left after the last poll");
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.polled_inside, [true, true, true]);
+        assert_eq!(seen.dropped_inside, Some(true));
+        let carried = carried.lock().unwrap();
+        assert_eq!(carried.polled_inside, [true, true]);
+        assert_eq!(carried.dropped_inside, Some(true));
+    }
+
+    #[test]
+    fn an_unfinished_future_is_dropped_inside_its_requests_own_context() {
+        let (request, context) = own_context();
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let probe = ContextProbe {
+            context,
+            pending: usize::MAX,
+            seen: Arc::clone(&seen),
+        };
+        let mut fut = Box::pin(in_span(&request, probe));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+        assert!(
+            log_context::current().is_none(),
+            "not current between polls"
+        );
+        drop(fut);
+        assert_eq!(seen.lock().unwrap().dropped_inside, Some(true));
+        assert!(log_context::current().is_none(), "left after the drop");
     }
 }

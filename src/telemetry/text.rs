@@ -16,6 +16,8 @@ use tracing_subscriber::fmt::time::FormatTime;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
 use tracing_subscriber::registry::LookupSpan;
 
+use super::log_context;
+
 /// The default format's line: `<time> <level> <span>{<fields>}:<span>…: <target>: <fields>`,
 /// written piece by piece (the default writes each piece through `core::fmt`).
 #[derive(Debug, Clone, Copy)]
@@ -59,8 +61,8 @@ where
         let meta = event.metadata();
         w.write_str(level_text(meta.level()))?;
         w.write_char(' ')?;
+        let mut seen = false;
         if let Some(scope) = ctx.event_scope() {
-            let mut seen = false;
             for span in scope.from_root() {
                 w.write_str(span.metadata().name())?;
                 seen = true;
@@ -74,15 +76,35 @@ where
                 }
                 w.write_char(':')?;
             }
-            if seen {
-                w.write_char(' ')?;
+        }
+        // A request's own context is the innermost "span" (it is made inside any span a
+        // layer of the router opens).
+        log_context::with_current(|c| match c {
+            Some(c) => {
+                seen = true;
+                // Made up in a buffer of the thread's and written at once: each write to the
+                // line is a dynamic call.
+                let mut text = CONTEXT_TEXT.take();
+                text.clear();
+                let written = c.write_text(&mut text).and_then(|()| w.write_str(&text));
+                CONTEXT_TEXT.set(text);
+                written
             }
+            None => Ok(()),
+        })?;
+        if seen {
+            w.write_char(' ')?;
         }
         w.write_str(meta.target())?;
         w.write_str(": ")?;
         ctx.format_fields(w.by_ref(), event)?;
         w.write_char('\n')
     }
+}
+
+thread_local! {
+    /// A request's log context, written out for a line.
+    static CONTEXT_TEXT: Cell<String> = const { Cell::new(String::new()) };
 }
 
 /// A level as the default format writes it, padded to five characters.
@@ -168,7 +190,7 @@ fn plain_name(name: &str) -> bool {
 }
 
 /// Whether `{:?}` of `s` is `s` in quotes: printable ASCII without `"` or `\`.
-fn needs_no_escape(s: &str) -> bool {
+pub(super) fn needs_no_escape(s: &str) -> bool {
     s.bytes()
         .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
 }
@@ -304,7 +326,7 @@ fn put_digits(out: &mut [u8], mut n: u64) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     #![allow(clippy::unwrap_used)]
     use std::sync::{Arc, Mutex};
 
@@ -397,6 +419,66 @@ mod tests {
         let default = lines(false, emit);
         assert!(default.contains("tenant=\"load\""), "{default}");
         assert_eq!(lines(true, emit), default);
+    }
+
+    /// The ways a request's lines are written in: the span as the gateway makes it (method
+    /// and id at once, the session recorded later) or the gateway's own context, each
+    /// optionally inside an outer span (a router layer's).
+    pub(in crate::telemetry) fn in_request(
+        own: bool,
+        outer: bool,
+        message: Option<(&str, Option<&str>)>,
+        events: impl Fn(),
+    ) {
+        let session = crate::store::SessionId::from_presented("a-session")
+            .unwrap()
+            .hashed();
+        let _outer = outer.then(|| {
+            tracing::info_span!("request", method = %"POST", path = %"/t/acme/mcp").entered()
+        });
+        if own {
+            let context =
+                super::super::LogContext::new(&Arc::from("acme"), &http::Method::POST, message);
+            let mut slot = Some(Arc::new(context));
+            let _current = super::super::log_context::Current::enter(&mut slot);
+            events();
+            super::super::log_context::record_session(session);
+            events();
+        } else {
+            let span = super::super::request_span("acme", "POST", message);
+            let _in = span.enter();
+            events();
+            span.record("mcp.session.id", session.as_str());
+            events();
+        }
+    }
+
+    /// What a request logs: an audit line, a warning, a line with an escaped value.
+    pub(in crate::telemetry) fn request_events() {
+        tracing::info!(target: "switchyard::audit", tool = %"echo", upstream = %"demo", outcome = "ok", "tool call");
+        tracing::warn!(reason = %"a \"quoted\" one", "upstream down");
+    }
+
+    /// Messages a request span is named with: a request (numeric and string ids, one that
+    /// needs escaping), a notification, none (a batch, a GET).
+    pub(in crate::telemetry) const MESSAGES: [Option<(&str, Option<&str>)>; 5] = [
+        Some(("tools/call", Some("2"))),
+        Some(("tools/call", Some("\"abc\""))),
+        Some(("ping", Some("\"a\\\\b\u{1b}\""))),
+        Some(("notifications/initialized", None)),
+        None,
+    ];
+
+    #[test]
+    fn a_request_context_reads_as_its_span_did() {
+        for message in MESSAGES {
+            for outer in [false, true] {
+                let spanned = lines(false, || in_request(false, outer, message, request_events));
+                let own = lines(true, || in_request(true, outer, message, request_events));
+                assert!(spanned.contains("tenant=\"acme\""), "{spanned}");
+                assert_eq!(own, spanned, "{message:?}, outer span: {outer}");
+            }
+        }
     }
 
     #[test]

@@ -98,3 +98,45 @@ async fn every_tool_call_is_audited_with_what_it_came_to() {
         );
     }
 }
+
+/// Without trace export a request's log context is the gateway's own, not a `tracing` span;
+/// a `RUST_LOG` directive on spans must still find requests: `warn,[request]=info` lets info
+/// lines through only inside a request span, so the audit lines appear (with their context)
+/// and the start-up's info lines, outside any request, do not.
+#[tokio::test]
+async fn a_log_filter_naming_the_request_span_still_matches_requests() {
+    let dir = TempDir::new("audit-span-filter");
+    let demo = demo_server_exe().display().to_string();
+    let port = crate::support::peers::free_port();
+    let path = dir.path("span-filter.yaml");
+    let yaml = format!(
+        "listen: 127.0.0.1:{port}\ntenants:\n  - name: acme\n    upstreams:\n      - name: demo\n        stdio: {{command: \"{demo}\", args: [\"--stdio\"]}}\n"
+    );
+    std::fs::write(&path, yaml).expect("config");
+    let env = [("RUST_LOG", "warn,[request]=info")];
+    let gw = GatewayProcess::run_with_env(&path, port, &[], &env, "span-filter").await;
+    let mut c = RawClient::new(gw.url("acme"));
+    c.initialize().await;
+    let ok = c.call_tool("demo__echo", json!({"message": "hi"})).await;
+    assert_eq!(ok.last()["result"]["isError"], Value::Null, "{ok:?}");
+    let logs = gw.stop().await;
+    let lines: Vec<Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect();
+    let audits: Vec<&Value> = lines
+        .iter()
+        .filter(|v| v["target"] == "switchyard::audit")
+        .collect();
+    assert_eq!(audits.len(), 1, "the call's audit line: {logs}");
+    assert_eq!(audits[0]["span"]["tenant"], "acme", "{logs}");
+    assert_eq!(audits[0]["span"]["mcp.method.name"], "tools/call", "{logs}");
+    let outside: Vec<&Value> = lines
+        .iter()
+        .filter(|v| v["level"] == "INFO" && v.get("span").is_none())
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "info lines outside requests are filtered out: {outside:#?}"
+    );
+}
