@@ -47,6 +47,8 @@ mod stdio_tests;
 mod tests;
 
 use std::future::Future;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::fs::FileTypeExt as _;
 use std::path::PathBuf;
 
 /// How the demo server presents itself.
@@ -82,6 +84,8 @@ pub struct DemoOptions {
 /// Serves one session as newline-delimited JSON on stdin/stdout until stdin reaches EOF.
 /// Requests still in flight at EOF are dropped unanswered. Logs go to stderr only (via tracing).
 pub async fn serve_stdio(opts: DemoOptions) -> std::io::Result<()> {
+    use std::os::fd::AsFd as _;
+    use tokio::net::unix::pipe;
     let server = server::Server::new(&opts)?;
     // Registering a handler replaces SIGTERM's default action: the signal is ignored.
     let _ignored_term = if opts.stubborn {
@@ -91,12 +95,33 @@ pub async fn serve_stdio(opts: DemoOptions) -> std::io::Result<()> {
     } else {
         None
     };
-    let stdin = tokio::io::BufReader::with_capacity(64 * 1024, tokio::io::stdin());
-    stdio::serve(server, stdin, tokio::io::stdout()).await?;
+    // Pipes (what a parent such as the gateway gives) are read and written through the
+    // runtime's I/O driver; anything else (a terminal, a file) through tokio's stdin and
+    // stdout, which hand every read and write to a thread of the blocking pool.
+    let input: Box<dyn tokio::io::AsyncRead + Unpin + Send> =
+        match fifo(std::io::stdin().as_fd()).map(pipe::Receiver::from_owned_fd) {
+            Some(Ok(pipe)) => Box::new(pipe),
+            _ => Box::new(tokio::io::stdin()),
+        };
+    let output: Box<dyn tokio::io::AsyncWrite + Unpin + Send> =
+        match fifo(std::io::stdout().as_fd()).map(pipe::Sender::from_owned_fd) {
+            Some(Ok(pipe)) => Box::new(pipe),
+            _ => Box::new(tokio::io::stdout()),
+        };
+    let input = tokio::io::BufReader::with_capacity(64 * 1024, input);
+    stdio::serve(server, input, output).await?;
     if opts.stubborn {
         std::future::pending::<()>().await;
     }
     Ok(())
+}
+
+/// A handle of its own to `fd` if it is a pipe (the runtime may then make it non-blocking:
+/// nothing else reads or writes it as a blocking file).
+fn fifo(fd: BorrowedFd<'_>) -> Option<OwnedFd> {
+    let file = std::fs::File::from(fd.try_clone_to_owned().ok()?);
+    let is_fifo = file.metadata().ok()?.file_type().is_fifo();
+    is_fifo.then(|| OwnedFd::from(file))
 }
 
 /// Serves Streamable HTTP at path `/mcp` (and HTTP+SSE at `/sse`) on `listener` until

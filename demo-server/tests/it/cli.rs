@@ -1,4 +1,5 @@
-//! `switchyard-demo-server` as a process: `--stdio` answers on stdout and ends at stdin's EOF,
+//! `switchyard-demo-server` as a process: `--stdio` answers on stdout and ends at stdin's EOF
+//! (pipes and plain files alike),
 //! `--http` prints its endpoint's URL once listening, and no transport is a usage error.
 
 use std::process::Stdio;
@@ -60,6 +61,34 @@ async fn stdio_answers_on_stdout_and_exits_at_eof() {
         .expect("exits at stdin's EOF")
         .expect("wait");
     assert!(status.success(), "{status}");
+}
+
+/// Pipes are read through the runtime's I/O driver, anything else through tokio's blocking
+/// stdin and stdout: requests in a regular file, answers into one.
+#[tokio::test]
+async fn stdio_reads_and_writes_files_that_are_not_pipes() {
+    let dir = std::env::temp_dir().join(format!("demo-cli-files-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (input, output) = (dir.join("in.jsonl"), dir.join("out.jsonl"));
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+    std::fs::write(&input, format!("{}\n{ping}\n", initialize(1))).expect("requests written");
+    let status = demo_server(&["--stdio"])
+        .stdin(std::fs::File::open(&input).expect("input"))
+        .stdout(std::fs::File::create(&output).expect("output"))
+        .status();
+    let status = tokio::time::timeout(LIMIT, status)
+        .await
+        .expect("exits at the file's end")
+        .expect("runs");
+    assert!(status.success(), "{status}");
+    let answers: Vec<Value> = std::fs::read_to_string(&output)
+        .expect("answers")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON answer"))
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    let ids: Vec<&Value> = answers.iter().map(|a| &a["id"]).collect();
+    assert_eq!(ids, [1, 2], "{answers:?}");
 }
 
 #[tokio::test]
