@@ -303,9 +303,9 @@ impl Conn {
             let (io, buf) = (&mut self.io, &mut self.buf);
             std::future::poll_fn(move |cx| match io.poll_read_ready(cx) {
                 Poll::Pending => {
-                    if buf.capacity() > 0 {
-                        *buf = BytesMut::new();
-                    }
+                    // Also without capacity of its own: an empty buffer may still share the
+                    // allocation of what was split off it.
+                    *buf = BytesMut::new();
                     Poll::Pending
                 }
                 ready => ready,

@@ -90,13 +90,16 @@ impl SseParser {
         }
     }
 
-    /// Frees the buffers that hold nothing, before the stream waits for more: an idle stream
-    /// keeps no capacity (a stream stays open for a session's life).
+    /// Lets go of the buffers that hold nothing, before the stream waits for more: an idle
+    /// stream keeps no memory (a stream stays open for a session's life). An empty buffer may
+    /// still share the allocation of what was split off it (an event's data, a line) with
+    /// no capacity left of its own, and would keep that allocation alive: it is replaced
+    /// whenever it is empty, not only when it has capacity.
     fn release(&mut self) {
-        if self.buf.is_empty() && self.buf.capacity() > 0 {
+        if self.buf.is_empty() {
             self.buf = BytesMut::new();
         }
-        if self.data.is_empty() && self.data.capacity() > 0 {
+        if self.data.is_empty() {
             self.data = BytesMut::new();
         }
     }
@@ -183,6 +186,18 @@ mod tests {
         let evs = all(&mut p);
         assert_eq!(evs[0].data, Bytes::from_static(b"x\ny"));
         assert_eq!(evs[0].id, None);
+    }
+
+    #[test]
+    fn a_drained_parser_shares_no_allocation_with_the_events_it_gave() {
+        let mut p = SseParser::new(1024);
+        // The data fills its buffer exactly: nothing of it is left to the parser but a
+        // reference, which would keep the event's allocation alive for the stream's life.
+        p.push(b"event: message\ndata: {\"id\":1}\n\n");
+        let mut evs = all(&mut p);
+        let ev = evs.pop().unwrap();
+        assert_eq!(ev.data, Bytes::from_static(b"{\"id\":1}"));
+        assert!(ev.data.is_unique(), "the parser let go of the event's data");
     }
 
     #[test]
