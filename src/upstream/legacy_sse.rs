@@ -29,8 +29,9 @@ pub struct SseLink {
     client: Arc<OriginClient>,
     /// The gateway's own credentials for this upstream (never the client's).
     credentials: Arc<Credentials>,
-    /// The SSE endpoint; the message endpoint is resolved against it.
-    url: url::Url,
+    /// The SSE endpoint; the message endpoint is resolved against it. Shared by the
+    /// upstream's sessions (a `Url` is 88 bytes and its text).
+    url: Arc<url::Url>,
     /// The open upstream session, if any. Cleared (with every request in flight failed) the
     /// moment its stream ends, so a message is never POSTed to a session known to be gone.
     channel: Mutex<Option<Arc<Channel>>>,
@@ -66,7 +67,7 @@ impl SseLink {
     pub fn new(
         client: Arc<OriginClient>,
         credentials: Arc<Credentials>,
-        url: url::Url,
+        url: Arc<url::Url>,
         init_timeout: Duration,
         max_message: usize,
     ) -> SseLink {
@@ -425,7 +426,13 @@ mod tests {
             oauth2: None,
         };
         let credentials = Arc::new(Credentials::new(&config, Duration::from_secs(1), "u").unwrap());
-        SseLink::new(client, credentials, url, Duration::from_secs(1), 1 << 20)
+        SseLink::new(
+            client,
+            credentials,
+            Arc::new(url),
+            Duration::from_secs(1),
+            1 << 20,
+        )
     }
 
     #[test]

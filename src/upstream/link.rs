@@ -19,11 +19,15 @@ use crate::protocol::param_headers::ParamHeaders;
 use crate::telemetry::Propagation;
 
 /// The transport under a connection. A closed set.
+///
+/// The HTTP links are boxed: a connection is allocated per session for them and for a stdio
+/// process per session, and an inline link would size every one by the largest (the
+/// Streamable HTTP link, 304 bytes, against 72 for stdio).
 pub enum Link {
     Stdio(StdioLink),
-    Http(HttpLink),
+    Http(Box<HttpLink>),
     /// HTTP with SSE (2024-11-05).
-    Sse(SseLink),
+    Sse(Box<SseLink>),
 }
 
 /// Why a session's live state on this replica goes away.

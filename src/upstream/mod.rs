@@ -157,8 +157,8 @@ enum UpstreamKind {
     Sse {
         client: Arc<OriginClient>,
         credentials: Arc<Credentials>,
-        /// The SSE endpoint.
-        url: url::Url,
+        /// The SSE endpoint (one copy for all of the upstream's sessions).
+        url: Arc<url::Url>,
     },
 }
 
@@ -224,7 +224,7 @@ impl Upstream {
                 UpstreamKind::Sse {
                     client,
                     credentials,
-                    url,
+                    url: Arc::new(url),
                 }
             }
         };
@@ -328,13 +328,13 @@ impl Upstream {
                     self.info.clone(),
                     params,
                     owner,
-                    Link::Http(HttpLink::new(
+                    Link::Http(Box::new(HttpLink::new(
                         client.clone(),
                         credentials.clone(),
                         self.info.max_request_timeout,
                         self.info.init_timeout,
                         self.info.max_message,
-                    )),
+                    ))),
                 ));
                 let resumed = session
                     .take_resumable(&self.info.name)
@@ -357,13 +357,13 @@ impl Upstream {
                     self.info.clone(),
                     params,
                     owner,
-                    Link::Sse(SseLink::new(
+                    Link::Sse(Box::new(SseLink::new(
                         client.clone(),
                         credentials.clone(),
                         url.clone(),
                         self.info.init_timeout,
                         self.info.max_message,
-                    )),
+                    ))),
                 ));
                 if let Err(e) = SseLink::open(&conn).await {
                     conn.close().await;
