@@ -14,13 +14,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{
-    CONNECTION, CONTENT_LENGTH, HeaderMap, HeaderName, HeaderValue, TRANSFER_ENCODING,
-};
 use http::{Method, StatusCode, Uri};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
+use super::head_fields::HeaderFields;
 use super::header_lines::HeaderLines;
 
 /// The largest response head read (status line and headers).
@@ -86,7 +84,7 @@ pub struct Conn {
 /// A response's status and headers, and how its body is framed.
 pub struct Head {
     pub status: StatusCode,
-    pub headers: HeaderMap,
+    pub headers: HeaderFields,
     pub body: BodyState,
     /// The connection may carry another request once the body is read.
     pub reusable: bool,
@@ -366,7 +364,7 @@ fn ends_head(buf: &[u8], from: usize) -> bool {
 }
 
 /// A complete head at the start of `buf`: status, headers, minor version, bytes used.
-fn parse_head(buf: &[u8]) -> Result<Option<(StatusCode, HeaderMap, u8, usize)>, H1Error> {
+fn parse_head(buf: &[u8]) -> Result<Option<(StatusCode, HeaderFields, u8, usize)>, H1Error> {
     if buf.is_empty() {
         return Ok(None);
     }
@@ -384,14 +382,10 @@ fn parse_head(buf: &[u8]) -> Result<Option<(StatusCode, HeaderMap, u8, usize)>, 
         .code
         .and_then(|c| StatusCode::from_u16(c).ok())
         .ok_or(H1Error::Malformed("invalid status"))?;
-    let mut headers = HeaderMap::with_capacity(response.headers.len());
-    for field in response.headers.iter() {
-        let name = HeaderName::from_bytes(field.name.as_bytes())
-            .map_err(|_| H1Error::Malformed("invalid header name"))?;
-        let value = HeaderValue::from_bytes(field.value)
-            .map_err(|_| H1Error::Malformed("invalid header value"))?;
-        headers.append(name, value);
-    }
+    // Names and values were validated by httparse (tokens; no control characters but HTAB).
+    let head = buf.get(..used).unwrap_or_default();
+    let headers = HeaderFields::from_parsed(head, response.headers)
+        .ok_or(H1Error::Malformed("invalid response head"))?;
     Ok(Some((status, headers, response.version.unwrap_or(1), used)))
 }
 
@@ -400,19 +394,19 @@ fn parse_head(buf: &[u8]) -> Result<Option<(StatusCode, HeaderMap, u8, usize)>, 
 fn framing(
     method: &Method,
     status: StatusCode,
-    headers: HeaderMap,
+    headers: HeaderFields,
     version: u8,
 ) -> Result<Head, H1Error> {
-    let mut reusable = version == 1 && !has_token(&headers, &CONNECTION, "close");
+    let mut reusable = version == 1 && !has_token(&headers, "connection", "close");
     let body = if *method == Method::HEAD
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
     {
         BodyState::Done
-    } else if headers.contains_key(TRANSFER_ENCODING) {
+    } else if headers.contains("transfer-encoding") {
         // A length next to a transfer coding is a smuggling attempt or a mistake: the
         // coding wins, and the connection is not trusted again.
-        if headers.contains_key(CONTENT_LENGTH) {
+        if headers.contains("content-length") {
             reusable = false;
         }
         if last_coding_is_chunked(&headers) {
@@ -421,7 +415,7 @@ fn framing(
             reusable = false;
             BodyState::UntilClose
         }
-    } else if headers.contains_key(CONTENT_LENGTH) {
+    } else if headers.contains("content-length") {
         BodyState::Length(content_length(&headers)?)
     } else {
         reusable = false;
@@ -436,10 +430,10 @@ fn framing(
 }
 
 /// The one length every `Content-Length` field states (`1, 1` included); an error otherwise.
-fn content_length(headers: &HeaderMap) -> Result<u64, H1Error> {
+fn content_length(headers: &HeaderFields) -> Result<u64, H1Error> {
     let mut found = None;
-    for value in headers.get_all(CONTENT_LENGTH) {
-        for part in value.as_bytes().split(|&b| b == b',') {
+    for value in headers.get_all("content-length") {
+        for part in value.split(|&b| b == b',') {
             let digits = part.trim_ascii();
             if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
                 return Err(H1Error::Malformed("invalid Content-Length"));
@@ -457,19 +451,17 @@ fn content_length(headers: &HeaderMap) -> Result<u64, H1Error> {
     found.ok_or(H1Error::Malformed("invalid Content-Length"))
 }
 
-fn last_coding_is_chunked(headers: &HeaderMap) -> bool {
+fn last_coding_is_chunked(headers: &HeaderFields) -> bool {
     headers
-        .get_all(TRANSFER_ENCODING)
-        .iter()
+        .get_all("transfer-encoding")
         .next_back()
-        .and_then(|v| v.as_bytes().rsplit(|&b| b == b',').next())
+        .and_then(|v| v.rsplit(|&b| b == b',').next())
         .is_some_and(|c| c.trim_ascii().eq_ignore_ascii_case(b"chunked"))
 }
 
-fn has_token(headers: &HeaderMap, name: &HeaderName, token: &str) -> bool {
-    headers.get_all(name).iter().any(|v| {
-        v.as_bytes()
-            .split(|&b| b == b',')
+fn has_token(headers: &HeaderFields, name: &str, token: &str) -> bool {
+    headers.get_all(name).any(|v| {
+        v.split(|&b| b == b',')
             .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
     })
 }

@@ -110,7 +110,7 @@ async fn chunked_bodies_with_extensions_and_trailers_across_reads() {
     assert_eq!(head.body.declared_length(), None);
     assert_eq!(
         head.headers.get("content-type").unwrap(),
-        "text/event-stream"
+        b"text/event-stream"
     );
     assert_eq!(
         body(&mut conn, &mut head.body).await.unwrap(),
@@ -231,7 +231,7 @@ async fn a_head_and_body_dribbled_a_byte_at_a_time_are_read_whole() {
     let (mut conn, _server) = exchange_with(pieces, false).await;
     let mut head = post(&mut conn).await.unwrap();
     assert_eq!(head.status, StatusCode::OK);
-    assert_eq!(head.headers.get("x-a").unwrap(), "1");
+    assert_eq!(head.headers.get("x-a").unwrap(), b"1");
     assert_eq!(body(&mut conn, &mut head.body).await.unwrap(), b"wiki");
     assert!(head.reusable && !conn.has_leftover());
 }
@@ -369,4 +369,36 @@ fn the_end_of_a_head_is_found_however_the_bytes_come() {
             assert_eq!(found, plain(text), "{shown:?} cut at {cut}");
         }
     }
+}
+
+/// A hostile upstream's head: a field name that is not a token, a value with a control
+/// character or DEL, an obsolete line folding. Each is refused as malformed (httparse checks
+/// names and values as the head is read; nothing else does since the fields are kept raw).
+#[tokio::test]
+async fn heads_with_invalid_field_names_or_values_are_refused() {
+    let heads: [&'static [u8]; 5] = [
+        b"HTTP/1.1 200 OK\r\nbad name: 1\r\ncontent-length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nx-a: one\x01two\r\ncontent-length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nx-a: one\x7ftwo\r\ncontent-length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nx-a: one\r\n two\r\ncontent-length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nx-a\x00: 1\r\ncontent-length: 0\r\n\r\n",
+    ];
+    for answer in heads {
+        let (mut conn, _server) = exchange_with(vec![answer], true).await;
+        let outcome = post(&mut conn).await;
+        assert!(
+            matches!(outcome, Err(H1Error::Malformed(_))),
+            "{:?}: {:?}",
+            String::from_utf8_lossy(answer),
+            outcome.map(|h| h.status)
+        );
+    }
+    // Values keep what is not a control character: obs-text bytes and a tab.
+    let (mut conn, _server) = exchange_with(
+        vec![b"HTTP/1.1 200 OK\r\nx-a: caf\xc3\xa9\tok\r\ncontent-length: 0\r\n\r\n"],
+        true,
+    )
+    .await;
+    let head = post(&mut conn).await.unwrap();
+    assert_eq!(head.headers.get("x-a").unwrap(), b"caf\xc3\xa9\tok");
 }

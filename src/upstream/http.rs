@@ -6,13 +6,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use ::http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use ::http::header::{HeaderName, HeaderValue};
 use ::http::{Method, StatusCode};
 use bytes::{Bytes, BytesMut};
 
 use super::connection::Connection;
 use super::credentials::Credentials;
 use super::handshake;
+use super::head_fields::HeaderFields;
 use super::header_lines::HeaderLines;
 use super::http_client::{OriginClient, Response};
 use super::link::Link;
@@ -216,14 +217,12 @@ impl HttpLink {
     }
 
     fn remember_session(&self, resp: &Response) {
-        if let Some(v) = resp.headers().get(&header::name::SESSION_ID)
+        if let Some(v) = resp.headers().get(header::name::SESSION_ID.as_str())
             && let Ok(mut s) = self.session_id.lock()
-            && s.as_ref() != Some(v)
+            && s.as_ref().map(HeaderValue::as_bytes) != Some(v)
         {
-            // A copy, not a clone: a response's header values are slices of the connection's
-            // read buffer, and a clone kept for the session's life pins all of it (8 KB and
-            // more per idle session).
-            let Ok(mut v) = HeaderValue::from_bytes(v.as_bytes()) else {
+            // A copy of its own: the response's fields go with it.
+            let Ok(mut v) = HeaderValue::from_bytes(v) else {
                 return;
             };
             v.set_sensitive(true);
@@ -679,11 +678,10 @@ pub(super) fn add_trace_context(headers: &mut HeaderLines, t: &Propagation) {
     }
 }
 
-pub(super) fn is_event_stream(headers: &HeaderMap) -> bool {
+pub(super) fn is_event_stream(headers: &HeaderFields) -> bool {
     headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().starts_with("text/event-stream"))
+        .get("content-type")
+        .is_some_and(|v| v.trim_ascii_start().starts_with(b"text/event-stream"))
 }
 
 pub(super) async fn read_body(

@@ -15,13 +15,14 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
-use http::header::{HOST, HeaderMap, HeaderValue, PROXY_AUTHORIZATION};
+use http::header::{HOST, HeaderValue, PROXY_AUTHORIZATION};
 use http::{Method, StatusCode, Uri};
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::h1::{BodyState, Conn};
+use super::head_fields::HeaderFields;
 use super::header_lines::HeaderLines;
 
 /// Idle connections kept per upstream; more are closed when their response is read.
@@ -362,7 +363,7 @@ async fn tunnel(tcp: &mut TcpStream, t: &Tunnel) -> Result<(), ClientError> {
 /// before that, it is closed.
 pub struct Response {
     status: StatusCode,
-    headers: HeaderMap,
+    headers: HeaderFields,
     declared: Option<u64>,
     state: BodyState,
     reusable: bool,
@@ -376,13 +377,13 @@ impl Response {
         self.status
     }
 
-    pub fn headers(&self) -> &HeaderMap {
+    pub fn headers(&self) -> &HeaderFields {
         &self.headers
     }
 
     /// Frees the headers once read (a long-lived stream need not hold them).
     pub fn forget_headers(&mut self) {
-        self.headers = HeaderMap::new();
+        self.headers = HeaderFields::default();
     }
 
     /// The body's length, when the upstream declared it.

@@ -8,6 +8,7 @@ mod connection;
 mod credentials;
 mod h1;
 mod handshake;
+mod head_fields;
 mod header_lines;
 mod health;
 mod http;
