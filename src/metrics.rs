@@ -3,12 +3,12 @@
 //! fixed MCP method set (anything else is `other`), outcomes and reasons from fixed lists.
 //! No user ids, session ids, tool names or arguments are ever labels.
 
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Latency buckets (seconds) for client requests and upstream calls: 1 ms to 5 min.
@@ -271,17 +271,6 @@ impl Metrics {
         out
     }
 
-    /// One request to an upstream ended: `outcome` is `ok` (an answer, whatever it says),
-    /// `failed`, `timeout` or `cancelled`.
-    pub fn observe_upstream(&self, tenant: &str, upstream: &str, took: Duration, outcome: &str) {
-        self.upstream_seconds
-            .with_label_values(&[tenant, upstream])
-            .observe(took.as_secs_f64());
-        self.upstream_calls
-            .with_label_values(&[tenant, upstream, outcome])
-            .inc();
-    }
-
     pub fn observe_redis(&self, op: &str, took: Duration, ok: bool) {
         self.redis_seconds
             .with_label_values(&[op])
@@ -289,6 +278,89 @@ impl Metrics {
         if !ok {
             self.redis_errors.with_label_values(&[op]).inc();
         }
+    }
+}
+
+/// A latency series and the `ok` series of its count, looked up once and kept by what they
+/// describe (a tenant's method, an upstream): `with_label_values` hashes the labels and takes
+/// the family's read lock — one lock word shared by every core — at each lookup, and a
+/// forwarded call made four. The `ok` series is made on the first success, so a series
+/// appears in `/metrics` only once it counted something, as before.
+struct Series {
+    seconds: Histogram,
+    ok: OnceLock<IntCounter>,
+}
+
+impl Series {
+    fn new(seconds: &HistogramVec, labels: [&str; 2]) -> Series {
+        Series {
+            seconds: seconds.with_label_values(&labels),
+            ok: OnceLock::new(),
+        }
+    }
+
+    fn observe(&self, counts: &IntCounterVec, labels: [&str; 2], took: Duration, outcome: &str) {
+        self.seconds.observe(took.as_secs_f64());
+        let [first, second] = labels;
+        if outcome == "ok" {
+            self.ok
+                .get_or_init(|| counts.with_label_values(&[first, second, "ok"]))
+                .inc();
+        } else {
+            counts.with_label_values(&[first, second, outcome]).inc();
+        }
+    }
+}
+
+/// An upstream's call series (`switchyard_upstream_call_duration_seconds`, and
+/// `switchyard_upstream_calls_total` with `outcome="ok"`), kept by the upstream.
+#[derive(Default)]
+pub struct UpstreamSeries(OnceLock<Series>);
+
+impl std::fmt::Debug for UpstreamSeries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UpstreamSeries")
+    }
+}
+
+impl UpstreamSeries {
+    /// One request to the upstream ended: `outcome` is `ok` (an answer, whatever it says),
+    /// `failed`, `timeout` or `cancelled`.
+    pub fn observe(&self, tenant: &str, upstream: &str, took: Duration, outcome: &str) {
+        let m = get();
+        let labels = [tenant, upstream];
+        self.0
+            .get_or_init(|| Series::new(&m.upstream_seconds, labels))
+            .observe(&m.upstream_calls, labels, took, outcome);
+    }
+}
+
+/// A tenant's request series (`switchyard_request_duration_seconds`, and
+/// `switchyard_requests_total` with `outcome="ok"`) for the first methods it sees, kept by the
+/// tenant; a method past them is looked up each time (the label set has ~25 members, a
+/// tenant's traffic a handful).
+#[derive(Default)]
+pub struct RequestSeries([OnceLock<(&'static str, Series)>; 8]);
+
+impl RequestSeries {
+    /// One exchange of the tenant's endpoint ended, with `label` (the method's label).
+    pub fn observe(&self, tenant: &str, label: &'static str, took: Duration, outcome: &str) {
+        let m = get();
+        let labels = [tenant, label];
+        for slot in &self.0 {
+            let (taken, series) =
+                slot.get_or_init(|| (label, Series::new(&m.request_seconds, labels)));
+            if *taken == label {
+                series.observe(&m.requests, labels, took, outcome);
+                return;
+            }
+        }
+        m.request_seconds
+            .with_label_values(&labels)
+            .observe(took.as_secs_f64());
+        m.requests
+            .with_label_values(&[tenant, label, outcome])
+            .inc();
     }
 }
 
@@ -311,5 +383,56 @@ mod tests {
         assert!(text.contains(
             "switchyard_redis_operation_duration_seconds_bucket{op=\"unit-op\",le=\"0.0025\"} 1"
         ));
+    }
+
+    /// The kept series count what lookups would: each outcome under its own labels, the
+    /// `ok` series only once something succeeded, methods past the kept ones too.
+    #[test]
+    fn kept_series_count_as_lookups_would() {
+        let m = get();
+        let (tenant, upstream) = ("unit-kept", "unit-upstream");
+        let calls = UpstreamSeries::default();
+        calls.observe(tenant, upstream, Duration::from_millis(3), "timeout");
+        let ok = || {
+            m.upstream_calls
+                .with_label_values(&[tenant, upstream, "ok"])
+        };
+        let text = String::from_utf8(m.render()).unwrap_or_default();
+        let series = |outcome| {
+            format!(
+                "switchyard_upstream_calls_total{{outcome=\"{outcome}\",tenant=\"{tenant}\",upstream=\"{upstream}\"}}"
+            )
+        };
+        assert!(text.contains(&series("timeout")), "{text}");
+        assert!(!text.contains(&series("ok")), "{text}");
+        calls.observe(tenant, upstream, Duration::from_millis(3), "ok");
+        calls.observe(tenant, upstream, Duration::from_millis(3), "ok");
+        assert_eq!(ok().get(), 2);
+        let timeouts = m
+            .upstream_calls
+            .with_label_values(&[tenant, upstream, "timeout"]);
+        assert_eq!(timeouts.get(), 1);
+        let seconds = m.upstream_seconds.with_label_values(&[tenant, upstream]);
+        assert_eq!(seconds.get_sample_count(), 3);
+
+        let requests = RequestSeries::default();
+        const LABELS: [&str; 10] = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"];
+        for (i, label) in LABELS.iter().enumerate() {
+            for _ in 0..=i {
+                requests.observe(tenant, label, Duration::from_millis(1), "ok");
+            }
+            requests.observe(tenant, label, Duration::from_millis(1), "unauthorized");
+        }
+        for (i, label) in LABELS.iter().enumerate() {
+            let count = |outcome| {
+                m.requests
+                    .with_label_values(&[tenant, label, outcome])
+                    .get()
+            };
+            assert_eq!(count("ok"), i as u64 + 1, "{label}");
+            assert_eq!(count("unauthorized"), 1, "{label}");
+            let seconds = m.request_seconds.with_label_values(&[tenant, label]);
+            assert_eq!(seconds.get_sample_count(), i as u64 + 2, "{label}");
+        }
     }
 }

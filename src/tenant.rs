@@ -33,6 +33,8 @@ pub struct Tenant {
     /// The upstreams a `limits.concurrency` entry caps, resolved at load (kept across reloads
     /// by upstream name, so calls in flight keep their slots).
     pub gates: TenantGates,
+    /// Its request metrics, looked up once per method.
+    pub requests: crate::metrics::RequestSeries,
 }
 
 impl Tenant {
@@ -154,6 +156,7 @@ impl Tenant {
             policies: ToolPolicies::new(&config.tool_policies),
             policy_audits: Default::default(),
             gates,
+            requests: Default::default(),
         });
         Ok((tenant, retired))
     }

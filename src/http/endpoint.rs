@@ -108,7 +108,7 @@ impl Recorded {
 /// Records an exchange's outcome: in its span (status, error) and in the request metrics.
 fn record_exchange(
     tenant: &Tenant,
-    label: &str,
+    label: &'static str,
     started: std::time::Instant,
     span: &tracing::Span,
     resp: &Response<Body>,
@@ -122,13 +122,9 @@ fn record_exchange(
     if outcome != "ok" {
         telemetry::record_error(span, outcome);
     }
-    let m = crate::metrics::get();
-    m.requests
-        .with_label_values(&[&tenant.name, label, outcome])
-        .inc();
-    m.request_seconds
-        .with_label_values(&[&tenant.name, label])
-        .observe(started.elapsed().as_secs_f64());
+    tenant
+        .requests
+        .observe(&tenant.name, label, started.elapsed(), outcome);
 }
 
 /// Gives the request span the client's trace context (`_meta` of `params`, else headers) and,

@@ -81,6 +81,8 @@ pub struct UpstreamInfo {
     /// What the upstream last said in `initialize`, shared by every connection it said the
     /// same to (a per-session connection would otherwise hold a copy: ~2 KB each).
     last_server: std::sync::Mutex<Option<Arc<UpstreamServer>>>,
+    /// Its call metrics, looked up once.
+    pub series: crate::metrics::UpstreamSeries,
 }
 
 impl UpstreamInfo {
@@ -188,6 +190,7 @@ impl Upstream {
             era: handshake::Era::pinned(config.era),
             health: Health::default(),
             last_server: std::sync::Mutex::default(),
+            series: Default::default(),
         });
         let kind = match &config.transport {
             UpstreamTransport::Stdio(s) => {

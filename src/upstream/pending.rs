@@ -164,7 +164,7 @@ impl Connection {
         if outcome != "ok" {
             telemetry::record_error(&span, outcome);
         }
-        crate::metrics::get().observe_upstream(
+        self.info.series.observe(
             &self.info.tenant,
             &self.info.name,
             started.elapsed(),

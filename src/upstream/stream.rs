@@ -242,12 +242,9 @@ impl Inner {
         if self.outcome != "ok" {
             crate::telemetry::record_error(&self.span, self.outcome);
         }
-        crate::metrics::get().observe_upstream(
-            &info.tenant,
-            &info.name,
-            self.started.elapsed(),
-            self.outcome,
-        );
+        let took = self.started.elapsed();
+        info.series
+            .observe(&info.tenant, &info.name, took, self.outcome);
         let session = self.session.upgrade();
         if let Some(tool) = &self.audit_tool {
             let user = session.as_deref().map(|s| s.user());
@@ -258,7 +255,7 @@ impl Inner {
                 tool = %tool,
                 upstream = %info.name,
                 outcome = self.answer.outcome().unwrap_or(self.outcome),
-                duration_ms = self.started.elapsed().as_millis() as u64,
+                duration_ms = took.as_millis() as u64,
                 "tool call"
             );
         }
