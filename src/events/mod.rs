@@ -9,7 +9,6 @@ mod log;
 mod remote;
 mod tail;
 
-use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -115,30 +114,23 @@ impl Default for EventLimits {
 
 /// The recorded streams of one session on this replica.
 pub struct SessionEvents {
-    replica: Arc<str>,
-    /// Where streams are mirrored for other replicas (clustered gateways).
-    mirror: Option<(Arc<RedisEvents>, SessionKey)>,
     next: AtomicU64,
     limits: EventLimits,
-    streams: Mutex<Streams>,
+    /// Oldest first; at most `limits.max_streams`, so found by a look at each.
+    streams: Mutex<Vec<Arc<StreamLog>>>,
 }
 
-#[derive(Default)]
-struct Streams {
-    by_id: HashMap<StreamId, Arc<StreamLog>>,
-    /// Oldest first.
-    order: VecDeque<StreamId>,
+/// Whose new stream `SessionEvents::open` makes: the replica its id names and, on clustered
+/// gateways, where it is mirrored (the Redis events under the session's key). The live
+/// session has both, so the record of its streams does not keep copies.
+pub struct StreamOwner<'a> {
+    pub replica: &'a str,
+    pub mirror: Option<(&'a RedisEvents, &'a SessionKey)>,
 }
 
 impl SessionEvents {
-    pub fn new(
-        replica: Arc<str>,
-        limits: EventLimits,
-        mirror: Option<(Arc<RedisEvents>, SessionKey)>,
-    ) -> SessionEvents {
+    pub fn new(limits: EventLimits) -> SessionEvents {
         SessionEvents {
-            replica,
-            mirror,
             next: AtomicU64::new(1),
             limits,
             streams: Mutex::default(),
@@ -146,32 +138,23 @@ impl SessionEvents {
     }
 
     /// A new, empty stream log.
-    pub fn open(&self, kind: StreamKind) -> Arc<StreamLog> {
+    pub fn open(&self, kind: StreamKind, owner: StreamOwner<'_>) -> Arc<StreamLog> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let letter = match kind {
             StreamKind::Post => 'p',
             StreamKind::Get => 'g',
         };
-        let id = StreamId(format!("{}-{letter}{n}", self.replica).into());
+        let id = StreamId(format!("{}-{letter}{n}", owner.replica).into());
         let log = Arc::new(StreamLog::new(id.clone(), kind, self.limits.per_stream));
-        if let Some((redis, session)) = &self.mirror {
+        if let Some((redis, session)) = owner.mirror {
             log.set_mirror(redis.mirror(session, id.as_str()));
         }
-        if let Ok(mut s) = self.streams.lock() {
-            s.by_id.insert(id.clone(), log.clone());
-            s.order.push_back(id);
-            while s.order.len() > self.limits.max_streams {
+        if let Ok(mut streams) = self.streams.lock() {
+            streams.push(log.clone());
+            while streams.len() > self.limits.max_streams {
                 // Prefer dropping a finished stream; else the oldest one.
-                let victim = s
-                    .order
-                    .iter()
-                    .position(|i| s.by_id.get(i).is_none_or(|l| l.is_done()))
-                    .unwrap_or(0);
-                if let Some(old) = s.order.remove(victim)
-                    && let Some(l) = s.by_id.remove(&old)
-                {
-                    l.finish();
-                }
+                let victim = streams.iter().position(|l| l.is_done()).unwrap_or(0);
+                streams.remove(victim).finish();
             }
         }
         log
@@ -179,14 +162,20 @@ impl SessionEvents {
 
     /// The stream an event id names, if this session still has it.
     pub fn find(&self, id: &EventId) -> Option<Arc<StreamLog>> {
-        let log = self.streams.lock().ok()?.by_id.get(&id.stream).cloned()?;
+        let log = self
+            .streams
+            .lock()
+            .ok()?
+            .iter()
+            .find(|l| l.id == id.stream)
+            .cloned()?;
         log.has_issued(id.seq).then_some(log)
     }
 
     /// Ends every stream (the session is over).
     pub fn finish_all(&self) {
-        if let Ok(s) = self.streams.lock() {
-            for l in s.by_id.values() {
+        if let Ok(streams) = self.streams.lock() {
+            for l in streams.iter() {
                 l.finish();
             }
         }
@@ -210,16 +199,16 @@ mod tests {
 
     #[test]
     fn streams_are_unique_bounded_and_found_only_by_issued_ids() {
-        let ev = SessionEvents::new(
-            "r1".into(),
-            EventLimits {
-                per_stream: LogLimits::default(),
-                max_streams: 2,
-            },
-            None,
-        );
-        let a = ev.open(StreamKind::Post);
-        let b = ev.open(StreamKind::Post);
+        let ev = SessionEvents::new(EventLimits {
+            per_stream: LogLimits::default(),
+            max_streams: 2,
+        });
+        let owner = || StreamOwner {
+            replica: "r1",
+            mirror: None,
+        };
+        let a = ev.open(StreamKind::Post, owner());
+        let b = ev.open(StreamKind::Post, owner());
         assert_ne!(a.id, b.id);
         assert_eq!(a.id.as_str(), "r1-p1");
         assert_eq!(a.id.kind(), Some(StreamKind::Post));
@@ -229,7 +218,7 @@ mod tests {
             ev.find(&EventId::new(a.id.clone(), 2)).is_none(),
             "not issued"
         );
-        let c = ev.open(StreamKind::Get);
+        let c = ev.open(StreamKind::Get, owner());
         assert_eq!(c.id.kind(), Some(StreamKind::Get));
         // The finished stream made room; the live one stays.
         assert!(ev.find(&EventId::new(a.id.clone(), 1)).is_none());

@@ -187,7 +187,7 @@ fn respond(gateway: &Gateway, session: &Arc<LiveSession>, answers: Vec<Answer>) 
         }
         return resp;
     }
-    let log = session.events.open(StreamKind::Post);
+    let log = session.open_stream(StreamKind::Post);
     endpoint::prime(session, &log);
     let mut running = FuturesUnordered::new();
     // Each streaming member's progress is kept apart (by its number) when the log coalesces.

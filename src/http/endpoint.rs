@@ -387,7 +387,7 @@ async fn respond_stream(
         // request (the spec's guidance), so the answer is an event stream that ends at once.
         Some(StreamItem::Cancelled) | None => cancelled(),
         Some(StreamItem::Message(first, kind)) => {
-            let log = session.events.open(StreamKind::Post);
+            let log = session.open_stream(StreamKind::Post);
             prime(session, &log);
             log.record(&first, kind, 0);
             let pump_log = log.clone();

@@ -160,7 +160,7 @@ pub(super) fn name_tasks_of(tenant: &Arc<Tenant>, session: &LiveSession) {
     let user = session.key.user.clone();
     let namer: TaskNamer =
         Arc::new(move |upstream: &str, own: &str| public_id(&tenant, &user, upstream, own));
-    let _ = session.task_namer.set(namer);
+    let _ = session.task_namer.set(Box::new(namer));
 }
 
 /// Names an upstream's tasks for one user of a tenant.

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use super::moment::Moment;
 use super::{
     ClientTransport, InFlight, ProcessPermit, ProcessSource, SessionKey, SessionRecord,
     UpstreamSessionRecord,
@@ -14,7 +15,7 @@ use super::{
 use crate::cluster::Bus;
 use crate::config::SessionBounds;
 use crate::error::ServerRequestRefusal;
-use crate::events::{EventLimits, SessionEvents, StreamLog};
+use crate::events::{EventLimits, SessionEvents, StreamKind, StreamLog, StreamOwner};
 use crate::protocol::ProtocolVersion;
 use crate::upstream::{Connection, Ending, ServerRequestRoute, ServerRequests, UpstreamId};
 use bytes::Bytes;
@@ -100,9 +101,9 @@ pub struct LiveSession {
     /// Every SSE stream of the session on this replica, recorded for resumption.
     pub events: SessionEvents,
     /// Last client activity, for idle expiry of the live state.
-    last_seen: Mutex<Instant>,
+    last_seen: Moment,
     /// Last time the stored record's time-to-live was restarted (store writes are throttled).
-    last_store_touch: Mutex<Instant>,
+    last_store_touch: Moment,
     closed: AtomicBool,
     /// The record changed (initialized, a new upstream session) and must be written back.
     dirty: AtomicBool,
@@ -118,11 +119,13 @@ pub struct LiveSession {
     /// The client's resource subscriptions (upstream name → its own URIs), to make again on a
     /// new upstream session (`SessionRecord::subscriptions`).
     subscriptions: Mutex<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>>,
-    /// The client's capabilities and info as raw JSON, for stateless upstreams' `_meta`.
-    client_meta: std::sync::OnceLock<crate::protocol::modern::ClientMeta>,
+    /// The client's capabilities and info as raw JSON, for stateless upstreams' `_meta`
+    /// (boxed: most sessions never need it).
+    client_meta: std::sync::OnceLock<Box<crate::protocol::modern::ClientMeta>>,
     /// Names an upstream's task for this client (`upstream`, own id → public id): given by
-    /// the router (`router::tasks`, the tenant's key) when the session first meets a task.
-    pub task_namer: std::sync::OnceLock<TaskNamer>,
+    /// the router (`router::tasks`, the tenant's key) when the session first meets a task
+    /// (boxed, a thin pointer: most sessions never meet one).
+    pub task_namer: std::sync::OnceLock<Box<TaskNamer>>,
 }
 
 /// The resource subscriptions a session record keeps (all upstreams together), and the
@@ -148,7 +151,6 @@ impl LiveSession {
             let fingerprint = super::interned::fingerprint(&client_info);
             super::interned::shared(client_info, fingerprint)
         };
-        let events_key = key.clone();
         LiveSession {
             log_id: key.id.hashed(),
             budget: key.user.clone(),
@@ -174,13 +176,9 @@ impl LiveSession {
             remote_deliveries: Arc::default(),
             get_stream: Mutex::new(None),
             listeners: Mutex::default(),
-            events: SessionEvents::new(
-                bus.replica.clone(),
-                EventLimits::default(),
-                bus.events.clone().map(|e| (e, events_key)),
-            ),
-            last_seen: Mutex::new(Instant::now()),
-            last_store_touch: Mutex::new(Instant::now()),
+            events: SessionEvents::new(EventLimits::default()),
+            last_seen: Moment::now(),
+            last_store_touch: Moment::now(),
             closed: AtomicBool::new(false),
             dirty: AtomicBool::new(false),
             created_at_ms: std::time::SystemTime::now()
@@ -234,7 +232,7 @@ impl LiveSession {
         }
         match &p.source {
             Some(source) => source
-                .take()
+                .take(&self.key.tenant)
                 .map(Some)
                 .map_err(crate::error::GatewayError::LimitReached),
             None => Ok(None),
@@ -399,16 +397,11 @@ impl LiveSession {
     }
 
     pub fn touch(&self) {
-        if let Ok(mut t) = self.last_seen.lock() {
-            *t = Instant::now();
-        }
+        self.last_seen.set_now();
     }
 
     pub fn idle_since(&self) -> Instant {
-        self.last_seen
-            .lock()
-            .map(|t| *t)
-            .unwrap_or_else(|_| Instant::now())
+        self.last_seen.get()
     }
 
     /// Whether the client is still attached: a GET stream open or requests in flight. Such a
@@ -419,14 +412,17 @@ impl LiveSession {
 
     /// True at most once per `every`: time to restart the stored record's time-to-live.
     pub fn store_touch_due(&self, every: std::time::Duration) -> bool {
-        let Ok(mut last) = self.last_store_touch.lock() else {
-            return false;
+        self.last_store_touch.advance_after(every)
+    }
+
+    /// A new stream of the session, recorded for resumption (and mirrored to Redis on
+    /// clustered gateways).
+    pub fn open_stream(&self, kind: StreamKind) -> Arc<StreamLog> {
+        let owner = StreamOwner {
+            replica: &self.bus.replica,
+            mirror: self.bus.events.as_deref().map(|redis| (redis, &self.key)),
         };
-        if last.elapsed() < every {
-            return false;
-        }
-        *last = Instant::now();
-        true
+        self.events.open(kind, owner)
     }
 
     pub fn is_closed(&self) -> bool {

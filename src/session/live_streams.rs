@@ -31,7 +31,7 @@ impl Drop for GetSlot {
 impl LiveSession {
     /// Opens a new GET stream, replacing (and so ending) an older one.
     pub fn open_get_stream(&self) -> Arc<StreamLog> {
-        let log = self.events.open(StreamKind::Get);
+        let log = self.open_stream(StreamKind::Get);
         self.use_get_stream(log.clone());
         log
     }

@@ -39,8 +39,12 @@ impl ClientSession for LiveSession {
 
     /// The client's capabilities and info, raw (serialized on first use).
     fn client_meta(&self) -> &modern::ClientMeta {
-        self.client_meta
-            .get_or_init(|| modern::ClientMeta::new(&self.client_capabilities, &self.client_info))
+        self.client_meta.get_or_init(|| {
+            Box::new(modern::ClientMeta::new(
+                &self.client_capabilities,
+                &self.client_info,
+            ))
+        })
     }
 
     fn log_level(&self) -> Option<Arc<str>> {

@@ -10,6 +10,7 @@ mod interned;
 mod legacy;
 mod live;
 pub mod memory;
+mod moment;
 mod processes;
 mod tasks;
 

@@ -23,11 +23,11 @@ pub struct ProcessPermit {
 }
 
 /// Where a live session takes a process it had none reserved for: the replica's counters and
-/// its tenant's cap as it was when the session became live here.
+/// its tenant's cap as it was when the session became live here (the tenant's name is the
+/// session's, given at `take`: every live session keeps one of these).
 #[derive(Clone)]
 pub struct ProcessSource {
     processes: Arc<Processes>,
-    tenant: Arc<str>,
     cap: Option<u32>,
     /// The refusal of a cap, counted (`limits::sessions::process_refusal`).
     refusal: Refusal,
@@ -37,27 +37,22 @@ pub struct ProcessSource {
 pub type Refusal = fn(&str, ProcessCap) -> crate::error::LimitRefusal;
 
 impl ProcessSource {
-    pub fn new(
-        processes: Arc<Processes>,
-        tenant: Arc<str>,
-        cap: Option<u32>,
-        refusal: Refusal,
-    ) -> ProcessSource {
+    pub fn new(processes: Arc<Processes>, cap: Option<u32>, refusal: Refusal) -> ProcessSource {
         ProcessSource {
             processes,
-            tenant,
             cap,
             refusal,
         }
     }
 
-    /// One place, or the cap that refuses it (counted as a refusal).
-    pub fn take(&self) -> Result<ProcessPermit, crate::error::LimitRefusal> {
+    /// One place for a session of `tenant`, or the cap that refuses it (counted as a
+    /// refusal).
+    pub fn take(&self, tenant: &Arc<str>) -> Result<ProcessPermit, crate::error::LimitRefusal> {
         self.processes
-            .reserve(&self.tenant, self.cap, 1)
-            .map_err(|c| (self.refusal)(&self.tenant, c))?
+            .reserve(tenant, self.cap, 1)
+            .map_err(|c| (self.refusal)(tenant, c))?
             .pop()
-            .ok_or_else(|| (self.refusal)(&self.tenant, ProcessCap::Total(0)))
+            .ok_or_else(|| (self.refusal)(tenant, ProcessCap::Total(0)))
     }
 }
 

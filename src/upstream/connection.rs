@@ -46,9 +46,10 @@ pub struct Connection {
     /// Forwarded requests waiting for their client's answers (parked for a stateless
     /// client's retry): on stdio, a message without relation is not theirs.
     pub(super) waiting: Table<u64, ()>,
-    /// On a shared connection: which sessions subscribed to which upstream resource URI.
+    /// On a shared connection: which sessions subscribed to which upstream resource URI (a
+    /// `BTreeMap`: nothing allocated and no hasher kept while empty, as on most connections).
     pub(super) subscriptions:
-        std::sync::Mutex<std::collections::HashMap<String, Vec<Weak<dyn ClientSession>>>>,
+        std::sync::Mutex<std::collections::BTreeMap<String, Vec<Weak<dyn ClientSession>>>>,
     server: RwLock<Option<Arc<UpstreamServer>>>,
     /// What `server`'s capabilities offer of tasks ([`TASK_EXTENSION`], [`TOOL_TASKS`]): asked
     /// on every `tools/call`, read without the lock and the walk through the capabilities.
@@ -56,8 +57,9 @@ pub struct Connection {
     /// The upstream speaks the stateless revision (or is being probed for it): requests carry
     /// the revision's `_meta` and headers, and `input_required` results are handled.
     stateless: AtomicBool,
-    /// `init_params`' client, raw, for the `_meta` of the gateway's own requests.
-    pub(super) client_meta: std::sync::OnceLock<modern::ClientMeta>,
+    /// `init_params`' client, raw, for the `_meta` of the gateway's own requests (boxed: only
+    /// stateless upstreams need it).
+    pub(super) client_meta: std::sync::OnceLock<Box<modern::ClientMeta>>,
     /// The gateway's own `subscriptions/listen` is kept open on this (stateless) connection.
     pub(super) subscribed: AtomicBool,
     /// Woken when the resources followed change: the subscription is opened again with them.

@@ -32,10 +32,10 @@ impl Connection {
         let client = match session {
             Some(s) => s.client_meta(),
             None => self.client_meta.get_or_init(|| {
-                modern::ClientMeta::new(
+                Box::new(modern::ClientMeta::new(
                     &self.init_params.capabilities,
                     &self.init_params.client_info,
-                )
+                ))
             }),
         };
         Some(StatelessMeta {

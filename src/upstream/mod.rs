@@ -202,7 +202,7 @@ impl Upstream {
                                 info.clone(),
                                 InitParams::gateway_default(),
                                 Owner::Shared(directory.clone()),
-                                Link::Stdio(StdioLink::new(config.clone())),
+                                Link::Stdio(Box::new(StdioLink::new(config.clone()))),
                             ));
                             start_stdio(&conn);
                             conn
@@ -315,7 +315,7 @@ impl Upstream {
                     self.info.clone(),
                     params,
                     owner,
-                    Link::Stdio(StdioLink::new(cfg.clone())),
+                    Link::Stdio(Box::new(StdioLink::new(cfg.clone()))),
                 ));
                 start_stdio(&conn);
                 if let Err(e) = conn.ready(self.info.init_timeout).await {

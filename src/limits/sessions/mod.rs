@@ -176,7 +176,6 @@ impl SessionCaps {
     pub fn process_source(&self, tenant: &TenantView<'_>) -> ProcessSource {
         ProcessSource::new(
             self.processes.clone(),
-            tenant.name.clone(),
             tenant.config.limits.session_processes,
             process_refusal,
         )
