@@ -5,6 +5,7 @@
 mod encode;
 mod object;
 mod parse;
+mod scan;
 pub mod strict;
 
 pub use encode::{

@@ -16,7 +16,15 @@ pub struct RawObject<'a> {
 impl<'a> RawObject<'a> {
     /// Parses `raw`, which must be a JSON object.
     pub fn parse(raw: &'a RawValue) -> Result<RawObject<'a>, serde_json::Error> {
-        serde_json::from_str(raw.get())
+        // Names without escapes are split off in one pass; anything else is serde's to read.
+        let mut members = Vec::with_capacity(4);
+        let split = super::scan::object_members(raw.get(), |name, value| {
+            members.push((Cow::Borrowed(name), Cow::Borrowed(value)));
+        });
+        match split {
+            Some(()) => Ok(RawObject { members }),
+            None => serde_json::from_str(raw.get()),
+        }
     }
 
     pub fn get(&self, key: &str) -> Option<&RawValue> {
@@ -29,6 +37,9 @@ impl<'a> RawObject<'a> {
     /// A member that is a JSON string, decoded.
     pub fn get_str(&self, key: &str) -> Option<Cow<'_, str>> {
         let raw = self.get(key)?;
+        if let Some(text) = super::scan::plain_str(raw.get()) {
+            return Some(Cow::Borrowed(text));
+        }
         serde_json::from_str::<Cow<'_, str>>(raw.get()).ok()
     }
 

@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::is_valid_id;
+use super::scan;
 use super::strict::{self, Ambiguity};
 
 /// One parsed JSON-RPC message borrowing from the input buffer.
@@ -76,20 +77,21 @@ impl ParseError {
     }
 }
 
+/// A message's envelope members, as serde's reader or [`scan`] found them.
 #[derive(Deserialize)]
-struct Envelope<'a> {
+pub(super) struct Envelope<'a> {
     #[serde(borrow, default)]
-    jsonrpc: Option<Cow<'a, str>>,
+    pub(super) jsonrpc: Option<Cow<'a, str>>,
     #[serde(borrow, default, deserialize_with = "present")]
-    id: Option<&'a RawValue>,
+    pub(super) id: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    method: Option<Cow<'a, str>>,
+    pub(super) method: Option<Cow<'a, str>>,
     #[serde(borrow, default, deserialize_with = "present")]
-    params: Option<&'a RawValue>,
+    pub(super) params: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "present")]
-    result: Option<&'a RawValue>,
+    pub(super) result: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "present")]
-    error: Option<&'a RawValue>,
+    pub(super) error: Option<&'a RawValue>,
 }
 
 /// Keeps a member that is present, even when it is `null` (plain `Option` would erase it).
@@ -117,10 +119,25 @@ pub fn parse(input: &[u8]) -> Result<Message<'_>, ParseError> {
             };
         }
     }
+    let text = std::str::from_utf8(input).ok();
+    // An ordinary message is read, checked and split in one pass.
+    if let Some(env) = text.and_then(scan::envelope) {
+        return envelope_message(env);
+    }
+    read_object(input, text)
+}
+
+/// The full reader of a message that starts with `{`: serde's reader of the envelope, then
+/// [`strict::check`] of the whole text; precise about whatever is wrong. `text` is `input` when
+/// it is UTF-8.
+pub(super) fn read_object<'a>(
+    input: &'a [u8],
+    text: Option<&'a str>,
+) -> Result<Message<'a>, ParseError> {
     // Text known to be UTF-8 is read without checking each string and raw member again.
-    let read = match std::str::from_utf8(input) {
-        Ok(text) => serde_json::from_str(text),
-        Err(_) => serde_json::from_slice(input),
+    let read = match text {
+        Some(text) => serde_json::from_str(text),
+        None => serde_json::from_slice(input),
     };
     let env: Envelope<'_> = match read {
         Ok(env) => env,
@@ -149,6 +166,13 @@ pub fn parse(input: &[u8]) -> Result<Message<'_>, ParseError> {
             response: env.method.is_none(),
         });
     }
+    envelope_message(env)
+}
+
+/// The message an envelope with unique member names holds, or why it is not a valid one.
+pub(super) fn envelope_message(env: Envelope<'_>) -> Result<Message<'_>, ParseError> {
+    // The id's text, for errors only: a valid message allocates nothing for it.
+    let id_text = || env.id.map(|id| id.get().to_owned());
     let invalid = |reason: &'static str| ParseError::InvalidRequest {
         reason: reason.into(),
         id: id_text(),

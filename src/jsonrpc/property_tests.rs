@@ -292,3 +292,153 @@ fn what_the_gateway_reads_and_rewrites_is_what_last_and_first_wins_parsers_see()
     }
     assert!(forwarded > 1_000, "{forwarded}");
 }
+
+/// Edits `text` at random the way a broken or hostile sender might: a byte dropped, a
+/// structural or escape character put in, one replaced (always at character boundaries, so the
+/// text stays UTF-8 as the reader receives it).
+fn mutate(rng: &mut StdRng, text: &str) -> String {
+    const PIECES: [&str; 27] = [
+        "{", "}", "[", "]", ",", ":", "\"", "\\", " ", "\t", "\u{c}", "\u{1}", "0", "01", "-", ".",
+        "e", "+", "t", "null", "\\u", "\\ud800", "\\udc00", "\\u00", "\\n", "é", "\"id\":",
+    ];
+    let mut out = text.to_owned();
+    for _ in 0..rng.random_range(1..3) {
+        let bounds: Vec<usize> = (0..=out.len())
+            .filter(|&i| out.is_char_boundary(i))
+            .collect();
+        let at = bounds[rng.random_range(0..bounds.len())];
+        let piece = PIECES[rng.random_range(0..PIECES.len())];
+        match rng.random_range(0..3) {
+            0 if at < out.len() => {
+                out.remove(at);
+            }
+            1 if at < out.len() => {
+                out.remove(at);
+                out.insert_str(at, piece);
+            }
+            _ => out.insert_str(at, piece),
+        }
+    }
+    out
+}
+
+/// A message of every envelope shape around generated members.
+fn message_text(rng: &mut StdRng) -> String {
+    match rng.random_range(0..4) {
+        0 => request_text(rng),
+        1 => format!(
+            r#"{{"jsonrpc":"2.0","id":{},"result":{}}}"#,
+            rng.random_range(0..100),
+            value_text(rng, 1)
+        ),
+        2 => format!(
+            r#"{{"method":"notifications/progress","jsonrpc":"2.0","params":{}}}"#,
+            value_text(rng, 1)
+        ),
+        _ => format!(
+            r#"{{ "id" : "x{}" , "error" : {{"code":-1,"message":"m","data":{}}}, "jsonrpc" : "2.0" }}"#,
+            rng.random_range(0..100),
+            value_text(rng, 1)
+        ),
+    }
+}
+
+#[test]
+fn the_one_pass_reader_takes_only_what_the_full_reader_takes_and_reads_it_the_same() {
+    let mut rng = StdRng::seed_from_u64(0x5eed_0003);
+    let (mut fast, mut declined, mut eligible) = (0, 0, 0);
+    for round in 0..30_000 {
+        let clean = message_text(&mut rng);
+        let text = if round % 2 == 0 {
+            mutate(&mut rng, &clean)
+        } else {
+            clean
+        };
+        let full = super::parse::read_object(text.as_bytes(), Some(&text));
+        // Plain text the full reader takes (no escape anywhere, unique names) must not be
+        // declined: the one-pass reader is the path ordinary messages take.
+        let plain = !text.contains('\\') && !has_duplicate_or_unreadable(&text) && full.is_ok();
+        match super::scan::envelope(&text) {
+            Some(env) => {
+                fast += 1;
+                let read = super::parse::envelope_message(env);
+                assert_eq!(format!("{read:?}"), format!("{full:?}"), "{text}");
+                assert!(strict::check(text.as_bytes()).is_ok(), "{text}");
+            }
+            None => {
+                declined += 1;
+                assert!(!plain, "declined: {text}");
+            }
+        }
+        if plain {
+            eligible += 1;
+        }
+    }
+    assert!(
+        fast > 10_000 && declined > 5_000 && eligible > 5_000,
+        "{fast} / {declined} / {eligible}"
+    );
+}
+
+/// Whether `text` is not JSON, or has an object with two members of one name.
+fn has_duplicate_or_unreadable(text: &str) -> bool {
+    serde_json::from_str::<Value>(text).is_err() || has_duplicate(text)
+}
+
+#[test]
+fn objects_are_split_as_serde_splits_them() {
+    let mut rng = StdRng::seed_from_u64(0x5eed_0004);
+    let mut split = 0;
+    for _ in 0..20_000 {
+        let text = format!(" {} ", value_text(&mut rng, 0));
+        let Ok(raw) = serde_json::from_str::<&serde_json::value::RawValue>(&text) else {
+            continue;
+        };
+        let by_serde = serde_json::from_str::<RawObject>(raw.get());
+        let mut members = Vec::new();
+        let one_pass = super::scan::object_members(raw.get(), |k, v| members.push((k, v)));
+        if one_pass.is_some() {
+            split += 1;
+            let ours = RawObject::parse(raw).unwrap();
+            assert_eq!(
+                format!("{ours:?}"),
+                format!("{:?}", by_serde.unwrap()),
+                "{text}"
+            );
+            assert_eq!(ours.to_vec(), RawObject::parse(raw).unwrap().to_vec());
+            assert_eq!(members.len(), last_wins_len(raw.get()), "{text}");
+        } else {
+            // Declined only for what serde must unescape, or what is not an object.
+            assert!(by_serde.is_err() || raw.get().contains('\\'), "{text}");
+        }
+    }
+    assert!(split > 1_000, "{split}");
+}
+
+/// How many members the object `text` has as written (duplicates counted).
+fn last_wins_len(text: &str) -> usize {
+    struct Count(usize);
+    impl<'de> Deserialize<'de> for Count {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Count;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("an object")
+                }
+                fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<Count, M::Error> {
+                    let mut n = 0;
+                    while m
+                        .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                        .is_some()
+                    {
+                        n += 1;
+                    }
+                    Ok(Count(n))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+    serde_json::from_str::<Count>(text).unwrap().0
+}
