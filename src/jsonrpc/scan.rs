@@ -217,6 +217,7 @@ impl Walk<'_> {
     /// Reads a member name and its colon from `i` (blanks allowed before each); returns where
     /// its value may start. The name must be unescaped and unique among its siblings; at the
     /// top level it says which envelope member follows (`slot`).
+    #[inline]
     fn name(&mut self, i: usize, slot: &mut Slot) -> Option<usize> {
         let b = self.b;
         let i = blanks(b, i);
@@ -272,6 +273,7 @@ impl Walk<'_> {
 }
 
 /// JSON's four blanks, skipped from `i`.
+#[inline]
 fn blanks(b: &[u8], mut i: usize) -> usize {
     while let Some(b' ' | b'\n' | b'\r' | b'\t') = b.get(i) {
         i += 1;
@@ -307,58 +309,65 @@ fn stops(x: u64) -> u64 {
 /// The rest of a string whose opening quote is just before `i`: the index after its closing
 /// quote, and whether it holds an escape. Control characters and malformed escapes are
 /// refused; so is any surrogate escape but a well-formed pair (serde's reader accepts more
-/// there: the full reader decides).
-fn string(b: &[u8], mut i: usize) -> Option<(usize, bool)> {
-    let mut escaped = false;
-    loop {
-        // To the next byte that needs a look: eight at a time, then one by one near the end.
-        loop {
-            match b.get(i..i + 8) {
-                Some(word) => {
-                    let flagged = stops(u64::from_le_bytes(<[u8; 8]>::try_from(word).ok()?));
-                    if flagged == 0 {
-                        i += 8;
-                        continue;
-                    }
-                    i += (flagged.trailing_zeros() / 8) as usize;
-                }
-                None => {
-                    while !STRING_STOP[usize::from(*b.get(i)?)] {
-                        i += 1;
-                    }
-                }
-            }
-            break;
+/// there: the full reader decides). Inlined for the common string without escapes; the rest is
+/// [`escaped_string`]'s.
+#[inline]
+fn string(b: &[u8], i: usize) -> Option<(usize, bool)> {
+    let i = next_stop(b, i)?;
+    if b[i] == b'"' {
+        return Some((i + 1, false));
+    }
+    escaped_string(b, i)
+}
+
+/// The first byte from `i` that needs a look (a quote, a backslash, a control character):
+/// eight at a time, then one by one near the end of the text.
+#[inline]
+fn next_stop(b: &[u8], mut i: usize) -> Option<usize> {
+    while let Some(word) = b.get(i..i + 8) {
+        let flagged = stops(u64::from_le_bytes(<[u8; 8]>::try_from(word).ok()?));
+        if flagged != 0 {
+            return Some(i + (flagged.trailing_zeros() / 8) as usize);
         }
-        let c = b[i];
-        match c {
-            b'"' => return Some((i + 1, escaped)),
-            b'\\' => {
-                escaped = true;
-                match *b.get(i + 1)? {
-                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
-                    b'u' => {
-                        let unit = hex4(b, i + 2)?;
-                        i += 6;
-                        match unit {
-                            0xD800..=0xDBFF => {
-                                if b.get(i..i + 2) != Some(b"\\u") {
-                                    return None;
-                                }
-                                if !(0xDC00..=0xDFFF).contains(&hex4(b, i + 2)?) {
-                                    return None;
-                                }
-                                i += 6;
+        i += 8;
+    }
+    while !STRING_STOP[usize::from(*b.get(i)?)] {
+        i += 1;
+    }
+    Some(i)
+}
+
+/// A string from its first byte that is not plain text (`i`, not a quote) to its end: escapes
+/// checked, control characters refused.
+#[inline(never)]
+fn escaped_string(b: &[u8], mut i: usize) -> Option<(usize, bool)> {
+    loop {
+        match b[i] {
+            b'"' => return Some((i + 1, true)),
+            b'\\' => match *b.get(i + 1)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                b'u' => {
+                    let unit = hex4(b, i + 2)?;
+                    i += 6;
+                    match unit {
+                        0xD800..=0xDBFF => {
+                            if b.get(i..i + 2) != Some(b"\\u") {
+                                return None;
                             }
-                            0xDC00..=0xDFFF => return None,
-                            _ => {}
+                            if !(0xDC00..=0xDFFF).contains(&hex4(b, i + 2)?) {
+                                return None;
+                            }
+                            i += 6;
                         }
+                        0xDC00..=0xDFFF => return None,
+                        _ => {}
                     }
-                    _ => return None,
                 }
-            }
+                _ => return None,
+            },
             _ => return None,
         }
+        i = next_stop(b, i)?;
     }
 }
 

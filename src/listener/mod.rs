@@ -6,8 +6,8 @@
 //! (size, deadline and minimum rate, the process-wide budget) are here too (`body.rs`): the
 //! handlers read every body through that one reader.
 //!
-//! Every request carries a [`ConnInfo`] extension (and axum's `ConnectInfo<SocketAddr>`), so
-//! handlers know whether it came over TLS and from where.
+//! Every request carries a [`ConnInfo`] extension, so handlers know whether it came over TLS
+//! and from where (one extension: each costs the request an allocation).
 
 mod admission;
 pub mod body;
@@ -32,7 +32,6 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::ConnectInfo;
 use axum::http::Request;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -370,7 +369,6 @@ impl Connection {
         let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
             let in_flight = requests.begin();
             req.extensions_mut().insert(info);
-            req.extensions_mut().insert(ConnectInfo(info.remote));
             // Router is always ready (its `poll_ready` returns Ready): call it directly.
             let call = tower_service::Service::call(&mut router.clone(), req.map(Body::new));
             async move {
