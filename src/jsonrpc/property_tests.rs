@@ -406,7 +406,7 @@ fn objects_are_split_as_serde_splits_them() {
                 "{text}"
             );
             assert_eq!(ours.to_vec(), RawObject::parse(raw).unwrap().to_vec());
-            assert_eq!(members.len(), last_wins_len(raw.get()), "{text}");
+            assert_eq!(members.len(), members_as_written(raw.get()), "{text}");
         } else {
             // Declined only for what serde must unescape, or what is not an object.
             assert!(by_serde.is_err() || raw.get().contains('\\'), "{text}");
@@ -416,7 +416,7 @@ fn objects_are_split_as_serde_splits_them() {
 }
 
 /// How many members the object `text` has as written (duplicates counted).
-fn last_wins_len(text: &str) -> usize {
+fn members_as_written(text: &str) -> usize {
     struct Count(usize);
     impl<'de> Deserialize<'de> for Count {
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -111,6 +111,9 @@ struct Walk<'a> {
     depth: usize,
     names: [Name; NAMES],
     count: usize,
+    /// The top-level member being read: which one, and where its value starts.
+    slot: Slot,
+    value_start: usize,
 }
 
 /// The JSON text from `{` to its closing `}`, checked whole: `None` unless it is valid JSON,
@@ -126,11 +129,10 @@ fn walk(text: &str) -> Option<Spans<'_>> {
         depth: 0,
         names: [Name::default(); NAMES],
         count: 0,
+        slot: Slot::Other,
+        value_start: 0,
     };
     let mut spans = Spans::default();
-    // The top-level member being read: which one, and where its value starts.
-    let mut slot = Slot::Other;
-    let mut value_start = 0usize;
 
     let mut i = blanks(b, 0);
     if b.get(i) != Some(&b'{') {
@@ -154,10 +156,7 @@ fn walk(text: &str) -> Option<Spans<'_>> {
                     w.depth -= 1;
                     i += 1;
                 } else if open == b'{' {
-                    i = w.name(i, &mut slot)?;
-                    if w.depth == 1 {
-                        value_start = blanks(b, i);
-                    }
+                    i = w.name(i)?;
                     continue 'value;
                 } else {
                     continue 'value;
@@ -173,8 +172,8 @@ fn walk(text: &str) -> Option<Spans<'_>> {
         // A value ended at `i`; close what ends with it, up to the next value.
         loop {
             if w.depth == 1 {
-                let span = text.get(value_start..i)?;
-                match slot {
+                let span = text.get(w.value_start..i)?;
+                match w.slot {
                     Slot::Jsonrpc => spans.jsonrpc = Some(span),
                     Slot::Id => spans.id = Some(span),
                     Slot::Method => spans.method = Some(span),
@@ -192,10 +191,7 @@ fn walk(text: &str) -> Option<Spans<'_>> {
             let object = w.objects[w.depth - 1];
             match *b.get(i)? {
                 b',' if object => {
-                    i = w.name(i + 1, &mut slot)?;
-                    if w.depth == 1 {
-                        value_start = blanks(b, i);
-                    }
+                    i = w.name(i + 1)?;
                     continue 'value;
                 }
                 b',' => {
@@ -215,10 +211,10 @@ fn walk(text: &str) -> Option<Spans<'_>> {
 
 impl Walk<'_> {
     /// Reads a member name and its colon from `i` (blanks allowed before each); returns where
-    /// its value may start. The name must be unescaped and unique among its siblings; at the
-    /// top level it says which envelope member follows (`slot`).
+    /// its value starts. The name must be unescaped and unique among its siblings; at the top
+    /// level it records which envelope member follows and where (`slot`, `value_start`).
     #[inline]
-    fn name(&mut self, i: usize, slot: &mut Slot) -> Option<usize> {
+    fn name(&mut self, i: usize) -> Option<usize> {
         let b = self.b;
         let i = blanks(b, i);
         if b.get(i) != Some(&b'"') {
@@ -264,11 +260,16 @@ impl Walk<'_> {
             head,
         };
         self.count += 1;
-        if self.depth == 1 {
-            *slot = Slot::of(name);
-        }
         let colon = blanks(b, after);
-        (b.get(colon) == Some(&b':')).then_some(colon + 1)
+        if b.get(colon) != Some(&b':') {
+            return None;
+        }
+        let value = blanks(b, colon + 1);
+        if self.depth == 1 {
+            self.slot = Slot::of(name);
+            self.value_start = value;
+        }
+        Some(value)
     }
 }
 
@@ -376,13 +377,9 @@ fn hex4(b: &[u8], i: usize) -> Option<u16> {
     let digits = b.get(i..i + 4)?;
     let mut unit = 0u16;
     for &d in digits {
-        let v = match d {
-            b'0'..=b'9' => d - b'0',
-            b'a'..=b'f' => d - b'a' + 10,
-            b'A'..=b'F' => d - b'A' + 10,
-            _ => return None,
-        };
-        unit = unit << 4 | u16::from(v);
+        // `to_digit` takes ASCII digits and letters only.
+        let v = u16::try_from(char::from(d).to_digit(16)?).ok()?;
+        unit = unit << 4 | v;
     }
     Some(unit)
 }

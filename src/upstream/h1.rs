@@ -478,12 +478,10 @@ fn chunk_size(line: &[u8]) -> Result<u64, H1Error> {
     }
     let mut size = 0u64;
     for &d in digits {
-        let v = match d {
-            b'0'..=b'9' => d - b'0',
-            b'a'..=b'f' => d - b'a' + 10,
-            b'A'..=b'F' => d - b'A' + 10,
-            _ => return Err(H1Error::Malformed("invalid chunk size")),
-        };
+        // `to_digit` takes ASCII digits and letters only.
+        let v = char::from(d)
+            .to_digit(16)
+            .ok_or(H1Error::Malformed("invalid chunk size"))?;
         size = (size << 4) | u64::from(v);
     }
     Ok(size)
