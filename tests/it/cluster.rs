@@ -32,9 +32,20 @@ pub(crate) fn clustered(redis: &RedisServer, prefix: &str, tenants: Vec<TenantCo
     c
 }
 
+/// Migrates `config`'s keyspace as an operator does before replicas start. That step is not
+/// what a test measures, so it gets a longer Redis timeout than the replicas' short one (a
+/// first connection on a loaded CI machine may take longer than 500 ms).
+pub(crate) async fn migrate(config: &Config) -> String {
+    let mut admin = config.clone();
+    if let StoreConfig::Redis(redis) = &mut admin.sessions.store {
+        redis.timeout = Duration::from_secs(10);
+    }
+    switchyard::cluster::migrate(&admin).await.expect("migrate")
+}
+
 /// Migrates the keyspace and starts `n` replicas of `config`.
 pub(crate) async fn replicas(config: &Config, n: usize) -> Vec<TestGateway> {
-    let report = switchyard::cluster::migrate(config).await.expect("migrate");
+    let report = migrate(config).await;
     assert!(report.contains("layout 1"), "{report}");
     let mut out = Vec::new();
     for _ in 0..n {

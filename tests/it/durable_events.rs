@@ -259,7 +259,7 @@ async fn while_redis_takes_no_writes_a_durable_stream_waits_then_ends_with_a_ret
         timeout: Duration::from_millis(300),
         events: EventDurability::Durable,
     });
-    switchyard::cluster::migrate(&cfg).await.expect("migrate");
+    crate::cluster::migrate(&cfg).await;
     let gw = TestGateway::start(cfg).await;
     let mut c = RawClient::new(gw.url("r"));
     c.protocol_version = "2025-06-18".into();

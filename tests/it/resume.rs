@@ -298,7 +298,7 @@ async fn random_cuts_resumed_on_other_replicas_through_redis() {
         timeout: Duration::from_millis(500),
         events: switchyard::config::EventDurability::Durable,
     });
-    switchyard::cluster::migrate(&cfg).await.expect("migrate");
+    crate::cluster::migrate(&cfg).await;
     let a = TestGateway::start(cfg.clone()).await;
     let b = TestGateway::start(cfg).await;
     for (seed, version) in [(11u64, "2025-11-25"), (12, "2025-06-18")] {

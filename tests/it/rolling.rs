@@ -31,7 +31,7 @@ async fn rolling_restart_under_streamed_load_loses_and_duplicates_nothing() {
         timeout: Duration::from_millis(500),
         events: switchyard::config::EventDurability::Durable,
     });
-    switchyard::cluster::migrate(&cfg).await.expect("migrate");
+    crate::cluster::migrate(&cfg).await;
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let mut replicas = Vec::new();
     for p in &ports {
