@@ -20,21 +20,24 @@ WORKDIR /src
 # Dependencies first, so source edits do not rebuild them.
 # (The workspace's load generator only needs its manifest here; it is not built.)
 COPY Cargo.toml Cargo.lock ./
+COPY alloc/Cargo.toml alloc/Cargo.toml
 COPY demo-server/Cargo.toml demo-server/Cargo.toml
 COPY loadtest/Cargo.toml loadtest/Cargo.toml
-RUN mkdir -p src demo-server/src loadtest/src \
-    && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
+RUN mkdir -p src alloc/src demo-server/src loadtest/src \
+    && echo 'fn main() {}' > src/main.rs && touch src/lib.rs alloc/src/lib.rs \
     && echo 'fn main() {}' > demo-server/src/main.rs && touch demo-server/src/lib.rs \
     && echo 'fn main() {}' > loadtest/src/main.rs \
     && cargo build --release --locked -p switchyard -p switchyard-demo-server \
-    && rm -rf src demo-server/src
+    && rm -rf src alloc/src demo-server/src
+# The heap allocator's crate (the gateway's `#[global_allocator]`).
+COPY alloc/src ./alloc/src
 COPY src ./src
 # Redis keyspace migrations are compiled into the binary.
 COPY migrations ./migrations
 # The demo MCP server: the default config of the image, the chart and the example manifests
 # use it as a stdio upstream.
 COPY demo-server/src ./demo-server/src
-RUN touch src/main.rs src/lib.rs demo-server/src/main.rs demo-server/src/lib.rs \
+RUN touch src/main.rs src/lib.rs alloc/src/lib.rs demo-server/src/main.rs demo-server/src/lib.rs \
     && cargo build --release --locked -p switchyard -p switchyard-demo-server \
     && strip target/release/switchyard target/release/switchyard-demo-server
 

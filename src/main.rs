@@ -13,9 +13,9 @@ use tokio::net::TcpListener;
 
 /// mimalloc: per-thread free lists instead of glibc's arenas. Measured with
 /// `loadtest/compare.sh` (README, Performance): malloc and free were the largest user-space
-/// cost of a forwarded call.
+/// cost of a forwarded call. Called by alignment (`switchyard-alloc` says why).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: switchyard_alloc::MiMalloc = switchyard_alloc::MiMalloc;
 
 #[derive(Parser)]
 #[command(name = "switchyard", version, about = "Multi-tenant MCP gateway")]
