@@ -79,7 +79,7 @@ pub async fn serve(
     let signal_gateway = gateway.clone();
     let server = crate::listener::serve(
         listener,
-        http::router(gateway.clone()),
+        http::front(gateway.clone()),
         tls.as_ref().map(ServerTls::acceptor),
         limits,
         async move {

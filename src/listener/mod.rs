@@ -1,5 +1,5 @@
 //! The accept loop: plain HTTP or TLS (`tls.rs`, certificates reloaded by `reload.rs`) in
-//! front of the axum router, HTTP/1.1 and HTTP/2 per connection, graceful shutdown, and the
+//! front of a [`Service`] (the MCP front, or an axum router), HTTP/1.1 and HTTP/2 per connection, graceful shutdown, and the
 //! connection-level limits: the caps (`admission.rs`, refusals in `refuse.rs`, the default
 //! cap derived from the descriptor limit in `fds.rs`), the header, idle and HTTP/2 bounds
 //! given to hyper, and the timers hyper lacks (`watchdog.rs`). The bounds on a request body
@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::Request;
+use axum::http::{HeaderValue, Method, Request, Response, header};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
@@ -204,15 +204,33 @@ impl Builders {
     }
 }
 
-/// Accepts connections on `listener` and serves `router` on each (over TLS when `tls` is set)
+/// What a listener serves: each request (its body read through hyper) to its response.
+pub trait Service: Clone + Send + Sync + 'static {
+    fn call(&self, req: Request<Body>) -> impl Future<Output = Response<Body>> + Send + use<Self>;
+}
+
+impl Service for Router {
+    fn call(&self, req: Request<Body>) -> impl Future<Output = Response<Body>> + Send + use<> {
+        // Router is always ready (its `poll_ready` returns Ready): call it directly.
+        let call = tower_service::Service::call(&mut self.clone(), req);
+        async move {
+            match call.await {
+                Ok(resp) => resp,
+                Err(never) => match never {},
+            }
+        }
+    }
+}
+
+/// Accepts connections on `listener` and serves `service` on each (over TLS when `tls` is set)
 /// under `limits` until `shutdown` resolves; then stops accepting, asks open connections to
 /// finish (HTTP/1.1: after the request in progress; HTTP/2: GOAWAY) and returns once they all
 /// have. Dropping the returned future closes every remaining connection.
 ///
 /// Accept errors, handshake failures, connection errors and refusals never end the loop.
-pub async fn serve(
+pub async fn serve<S: Service>(
     listener: TcpListener,
-    router: Router,
+    service: S,
     tls: Option<TlsAcceptor>,
     limits: ListenerLimits,
     shutdown: impl Future<Output = ()>,
@@ -261,7 +279,7 @@ pub async fn serve(
                         tracing::debug!(%remote, error = %e, "cannot set TCP_NODELAY");
                     }
                     let conn = Connection {
-                        router: router.clone(),
+                        service: service.clone(),
                         builders: builders.clone(),
                         limits: limits.clone(),
                         counters: counters.clone(),
@@ -310,9 +328,22 @@ async fn accept_error(e: io::Error) {
     tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
+/// Empties the answer to a HEAD request (RFC 9110 §9.3.2: the fields of a GET, no content),
+/// whatever served it: the length it would have had stays in `Content-Length`. (HTTP/1.1
+/// would leave the body out by itself; HTTP/2 would send it.)
+fn without_body(resp: &mut Response<Body>) {
+    let body = std::mem::replace(resp.body_mut(), Body::empty());
+    if let Some(len) = hyper::body::Body::size_hint(&body).exact()
+        && !resp.headers().contains_key(header::CONTENT_LENGTH)
+    {
+        resp.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    }
+}
+
 /// One accepted connection, before its protocol is known.
-struct Connection {
-    router: Router,
+struct Connection<S> {
+    service: S,
     builders: Arc<Builders>,
     limits: Arc<ListenerLimits>,
     counters: Arc<Counters>,
@@ -324,7 +355,7 @@ struct Connection {
     _ticket: Ticket,
 }
 
-impl Connection {
+impl<S: Service> Connection<S> {
     async fn run(self, tcp: TcpStream, tls: Option<TlsAcceptor>) {
         let remote = self.remote;
         let Some(acceptor) = tls else {
@@ -364,15 +395,18 @@ impl Connection {
             remote: self.remote,
         };
         let activity = Activity::new(self.accepted);
-        let router = self.router;
+        let inner = self.service;
         let requests = activity.clone();
         let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
             let in_flight = requests.begin();
             req.extensions_mut().insert(info);
-            // Router is always ready (its `poll_ready` returns Ready): call it directly.
-            let call = tower_service::Service::call(&mut router.clone(), req.map(Body::new));
+            let head = req.method() == Method::HEAD;
+            let call = inner.call(req.map(Body::new));
             async move {
-                let resp = call.await?;
+                let mut resp = call.await;
+                if head {
+                    without_body(&mut resp);
+                }
                 Ok::<_, Infallible>(resp.map(|body| Tracked::new(body, in_flight)))
             }
         });

@@ -219,3 +219,48 @@ async fn a_tls_connection_over_the_cap_is_closed_without_an_answer() {
     );
     server.stop().await;
 }
+
+/// Answers every request with the same body, HEAD too (as a careless handler would).
+#[derive(Clone)]
+struct Always;
+
+impl super::Service for Always {
+    fn call(
+        &self,
+        _req: axum::http::Request<axum::body::Body>,
+    ) -> impl Future<Output = axum::http::Response<axum::body::Body>> + Send + use<> {
+        std::future::ready(axum::http::Response::new(axum::body::Body::from(
+            "ten bytes!",
+        )))
+    }
+}
+
+#[tokio::test]
+async fn answers_to_head_requests_have_no_body_over_http1_and_http2() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, rx) = oneshot::channel::<()>();
+    let limits = ListenerLimits::mcp(&ConnectionLimits::default(), 1000);
+    let task = tokio::spawn(serve(listener, Always, None, limits, async move {
+        let _ = rx.await;
+    }));
+    for (http2, version) in [(false, Version::HTTP_11), (true, Version::HTTP_2)] {
+        let builder = reqwest::Client::builder().timeout(Duration::from_secs(10));
+        let client = match http2 {
+            true => builder.http2_prior_knowledge(),
+            false => builder.http1_only(),
+        }
+        .build()
+        .unwrap();
+        let url = format!("http://{addr}/anything");
+        let head = client.head(&url).send().await.unwrap();
+        assert_eq!(head.status(), 200);
+        assert_eq!(head.version(), version);
+        assert_eq!(head.headers()["content-length"], "10", "{version:?}");
+        assert!(head.bytes().await.unwrap().is_empty(), "{version:?}");
+        let get = client.get(&url).send().await.unwrap();
+        assert_eq!(get.text().await.unwrap(), "ten bytes!");
+    }
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+}
