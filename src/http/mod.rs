@@ -164,7 +164,15 @@ impl Probe {
             return resp;
         }
         match self {
-            Probe::Live => plain(StatusCode::OK, "ok\n"),
+            Probe::Live => {
+                // As axum answers a `&str` (and the admin listener still does).
+                let mut resp = plain(StatusCode::OK, "ok\n");
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; charset=utf-8"),
+                );
+                resp
+            }
             Probe::Ready => readiness(State(gateway)).await,
         }
     }
@@ -382,6 +390,12 @@ mod tests {
             call("GET", "/readyz").await,
             (StatusCode::OK, "ready\n".into())
         );
+        let req = Request::builder()
+            .uri("/healthz")
+            .body(Body::empty())
+            .unwrap();
+        let resp = crate::listener::Service::call(&front(gateway().await), req).await;
+        assert_eq!(resp.headers()["content-type"], "text/plain; charset=utf-8");
         // HEAD is answered like GET (the listener leaves the body out); other methods not.
         assert_eq!(call("HEAD", "/healthz").await.0, StatusCode::OK);
         assert_eq!(call("HEAD", "/readyz").await.0, StatusCode::OK);
