@@ -1,10 +1,11 @@
 //! The accept loop: plain HTTP or TLS (`tls.rs`, certificates reloaded by `reload.rs`) in
-//! front of a [`Service`] (the MCP front, or an axum router), HTTP/1.1 and HTTP/2 per connection, graceful shutdown, and the
-//! connection-level limits: the caps (`admission.rs`, refusals in `refuse.rs`, the default
-//! cap derived from the descriptor limit in `fds.rs`), the header, idle and HTTP/2 bounds
-//! given to hyper, and the timers hyper lacks (`watchdog.rs`). The bounds on a request body
-//! (size, deadline and minimum rate, the process-wide budget) are here too (`body.rs`): the
-//! handlers read every body through that one reader.
+//! front of a [`Service`] (the MCP front, or an axum router), HTTP/1.1 and HTTP/2 per
+//! connection, no body in an answer to HEAD, graceful shutdown, and the connection-level
+//! limits: the caps (`admission.rs`, refusals in `refuse.rs`, the default cap derived from the
+//! descriptor limit in `fds.rs`), the header, idle and HTTP/2 bounds given to hyper, and the
+//! timers hyper lacks (`watchdog.rs`). The bounds on a request body (size, deadline and minimum
+//! rate, the process-wide budget) are here too (`body.rs`): the handlers read every body
+//! through that one reader.
 //!
 //! Every request carries a [`ConnInfo`] extension, so handlers know whether it came over TLS
 //! and from where (one extension: each costs the request an allocation).
