@@ -164,15 +164,8 @@ impl Probe {
             return resp;
         }
         match self {
-            Probe::Live => {
-                // As axum answers a `&str` (and the admin listener still does).
-                let mut resp = plain(StatusCode::OK, "ok\n");
-                resp.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/plain; charset=utf-8"),
-                );
-                resp
-            }
+            // The answer the admin listener's route gives (axum's for a `&str`).
+            Probe::Live => axum::response::IntoResponse::into_response("ok\n"),
             Probe::Ready => readiness(State(gateway)).await,
         }
     }
