@@ -217,7 +217,14 @@ fn dispatch(gateway: Arc<Gateway>, req: Request) -> impl Future<Output = Respons
             Err(e) => return grant.apply(refused(&tenant, e)),
         };
         let resp = match legacy {
-            None => endpoint::handle(&gateway, &tenant, &principal, &parts, body).await,
+            // Boxed: its state (~2.5 KB) would size the request's future, which hyper moves
+            // by value several times per request (a `memcpy` each, ~300 instructions).
+            None => {
+                Box::pin(endpoint::handle(
+                    &gateway, &tenant, &principal, &parts, body,
+                ))
+                .await
+            }
             // Boxed: the 2024-11-05 transport's large state would size every request's future.
             Some(route) => {
                 Box::pin(legacy_sse::handle(
