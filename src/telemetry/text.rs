@@ -1,6 +1,6 @@
 //! The text log format's hot parts, written without `core::fmt` where the value allows: the
-//! line around an event's fields (`Line`), the fields of spans and events (`Fields`) and the
-//! timestamp (`Clock`). Every request records several span fields and a tool call writes an
+//! line around an event's fields (`Line`, made up in a buffer and written at once), the
+//! fields of spans and events (`Fields`) and the timestamp (`Clock`). Every request records several span fields and a tool call writes an
 //! audit line, so these run per call; the output is exactly `tracing_subscriber`'s default
 //! text format (without colours), which handles every case not taken here (errors, raw
 //! identifiers, strings that need escaping).
@@ -37,14 +37,17 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
 {
+    /// The line is made up in a buffer of the thread's and written at once: each write to the
+    /// subscriber's writer is a dynamic call, and a line is ~30 pieces. The event's fields
+    /// are written as [`Fields`] writes them (the fields this format is used with).
     fn format_event(
         &self,
         ctx: &FmtContext<'_, S, N>,
         mut w: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
-        if w.has_ansi_escapes() {
-            // Colours (never on in this build): the default format paints every piece.
+        if w.has_ansi_escapes() || !w.sanitizes_ansi_escapes() {
+            // Colours, or messages left unescaped (neither in this build): the default format.
             let full: Format<Full, Clock> = Format::default().with_timer(Clock);
             return if self.time {
                 full.format_event(ctx, w, event)
@@ -52,29 +55,48 @@ where
                 full.without_time().format_event(ctx, w, event)
             };
         }
+        let mut line = LINE.take();
+        line.clear();
+        let written = self
+            .make_up(ctx, event, &mut line)
+            .and_then(|()| w.write_str(&line));
+        LINE.set(line);
+        written
+    }
+}
+
+impl Line {
+    fn make_up<S, N>(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        event: &Event<'_>,
+        line: &mut String,
+    ) -> fmt::Result
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+        N: for<'a> FormatFields<'a> + 'static,
+    {
         if self.time {
-            if Clock.format_time(&mut w).is_err() {
-                w.write_str("<unknown time>")?;
-            }
-            w.write_char(' ')?;
+            Clock.put(line);
+            line.push(' ');
         }
         let meta = event.metadata();
-        w.write_str(level_text(meta.level()))?;
-        w.write_char(' ')?;
+        line.push_str(level_text(meta.level()));
+        line.push(' ');
         let mut seen = false;
         if let Some(scope) = ctx.event_scope() {
             for span in scope.from_root() {
-                w.write_str(span.metadata().name())?;
+                line.push_str(span.metadata().name());
                 seen = true;
                 let ext = span.extensions();
                 if let Some(fields) = ext.get::<FormattedFields<N>>()
                     && !fields.is_empty()
                 {
-                    w.write_char('{')?;
-                    w.write_str(fields)?;
-                    w.write_char('}')?;
+                    line.push('{');
+                    line.push_str(fields);
+                    line.push('}');
                 }
-                w.write_char(':')?;
+                line.push(':');
             }
         }
         // A request's own context is the innermost "span" (it is made inside any span a
@@ -82,29 +104,26 @@ where
         log_context::with_current(|c| match c {
             Some(c) => {
                 seen = true;
-                // Made up in a buffer of the thread's and written at once: each write to the
-                // line is a dynamic call.
-                let mut text = CONTEXT_TEXT.take();
-                text.clear();
-                let written = c.write_text(&mut text).and_then(|()| w.write_str(&text));
-                CONTEXT_TEXT.set(text);
-                written
+                c.write_text(line)
             }
             None => Ok(()),
         })?;
         if seen {
-            w.write_char(' ')?;
+            line.push(' ');
         }
-        w.write_str(meta.target())?;
-        w.write_str(": ")?;
-        ctx.format_fields(w.by_ref(), event)?;
-        w.write_char('\n')
+        line.push_str(meta.target());
+        line.push_str(": ");
+        let mut visitor = Visitor::new(&mut *line, true);
+        event.record(&mut visitor);
+        visitor.result?;
+        line.push('\n');
+        Ok(())
     }
 }
 
 thread_local! {
-    /// A request's log context, written out for a line.
-    static CONTEXT_TEXT: Cell<String> = const { Cell::new(String::new()) };
+    /// The line being made up.
+    static LINE: Cell<String> = const { Cell::new(String::new()) };
 }
 
 /// A level as the default format writes it, padded to five characters.
@@ -124,30 +143,69 @@ pub struct Fields;
 
 impl<'writer> FormatFields<'writer> for Fields {
     fn format_fields<R: RecordFields>(&self, writer: Writer<'writer>, fields: R) -> fmt::Result {
-        let mut visitor = Visitor {
-            writer,
-            empty: true,
-            result: Ok(()),
-        };
+        let sanitize = writer.sanitizes_ansi_escapes();
+        let mut visitor = Visitor::new(writer, sanitize);
         fields.record(&mut visitor);
         visitor.result
     }
 }
 
-struct Visitor<'w> {
-    writer: Writer<'w>,
+/// Where fields are written: the subscriber's writer (a dynamic call per piece) or a line
+/// being made up (pushed in place).
+trait Out {
+    fn put(&mut self, s: &str) -> fmt::Result;
+    /// The same place as a writer, for the default visitor and `core::fmt` (messages escaped
+    /// when the subscriber's writer escapes them; a line is only made up when it does).
+    fn writer(&mut self) -> Writer<'_>;
+}
+
+impl Out for Writer<'_> {
+    fn put(&mut self, s: &str) -> fmt::Result {
+        self.write_str(s)
+    }
+
+    fn writer(&mut self) -> Writer<'_> {
+        self.by_ref()
+    }
+}
+
+impl Out for &mut String {
+    #[inline]
+    fn put(&mut self, s: &str) -> fmt::Result {
+        self.push_str(s);
+        Ok(())
+    }
+
+    fn writer(&mut self) -> Writer<'_> {
+        Writer::new(&mut **self)
+    }
+}
+
+struct Visitor<O> {
+    out: O,
     /// Nothing written yet (no separating space before the next field).
     empty: bool,
+    /// Whether a message's terminal controls are escaped.
+    sanitize: bool,
     result: fmt::Result,
 }
 
-impl Visitor<'_> {
-    /// A field the fast paths do not take, handed to the default visitor on the same writer.
+impl<O: Out> Visitor<O> {
+    fn new(out: O, sanitize: bool) -> Self {
+        Visitor {
+            out,
+            empty: true,
+            sanitize,
+            result: Ok(()),
+        }
+    }
+
+    /// A field the fast paths do not take, handed to the default visitor on the same output.
     fn by_default(&mut self, record: impl FnOnce(&mut DefaultVisitor<'_>)) {
         if self.result.is_err() {
             return;
         }
-        let mut default = DefaultVisitor::new(self.writer.by_ref(), self.empty);
+        let mut default = DefaultVisitor::new(self.out.writer(), self.empty);
         record(&mut default);
         self.result = default.finish();
         self.empty = false;
@@ -158,7 +216,7 @@ impl Visitor<'_> {
         if self.result.is_err() {
             return;
         }
-        self.result = write_field(&mut self.writer, self.empty, name, value);
+        self.result = write_field(&mut self.out, self.empty, name, value);
         self.empty = false;
     }
 
@@ -174,13 +232,13 @@ impl Visitor<'_> {
 }
 
 /// ` name=value` (no space when first).
-fn write_field(w: &mut Writer<'_>, first: bool, name: &str, value: &[&str]) -> fmt::Result {
+fn write_field(w: &mut impl Out, first: bool, name: &str, value: &[&str]) -> fmt::Result {
     if !first {
-        w.write_char(' ')?;
+        w.put(" ")?;
     }
-    w.write_str(name)?;
-    w.write_char('=')?;
-    value.iter().try_for_each(|part| w.write_str(part))
+    w.put(name)?;
+    w.put("=")?;
+    value.iter().try_for_each(|part| w.put(part))
 }
 
 /// Whether the default format's `{:?}` of `name` is the name itself: the names it treats
@@ -195,7 +253,7 @@ pub(super) fn needs_no_escape(s: &str) -> bool {
         .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
 }
 
-impl Visit for Visitor<'_> {
+impl<O: Out> Visit for Visitor<O> {
     fn record_str(&mut self, field: &Field, value: &str) {
         let name = field.name();
         if plain_name(name) && needs_no_escape(value) {
@@ -230,17 +288,20 @@ impl Visit for Visitor<'_> {
             self.by_default(|d| d.record_debug(field, value));
             return;
         }
-        let w = &mut self.writer;
+        let w = &mut self.out;
         let first = std::mem::replace(&mut self.empty, false);
         self.result = if name == "message" {
             // Escaped as the default does, against terminal injection.
-            let sep = if first { Ok(()) } else { w.write_char(' ') };
-            sep.and_then(|()| match w.sanitizes_ansi_escapes() {
-                true => fmt::Write::write_fmt(&mut Sanitized(w), format_args!("{value:?}")),
-                false => write!(w, "{value:?}"),
+            let sep = if first { Ok(()) } else { w.put(" ") };
+            sep.and_then(|()| match self.sanitize {
+                true => fmt::Write::write_fmt(
+                    &mut Sanitized(&mut w.writer()),
+                    format_args!("{value:?}"),
+                ),
+                false => write!(w.writer(), "{value:?}"),
             })
         } else {
-            write_field(w, first, name, &[]).and_then(|()| write!(w, "{value:?}"))
+            write_field(w, first, name, &[]).and_then(|()| write!(w.writer(), "{value:?}"))
         };
     }
 }
@@ -287,6 +348,18 @@ thread_local! {
 
 impl FormatTime for Clock {
     fn format_time(&self, w: &mut Writer<'_>) -> fmt::Result {
+        w.write_str(Clock::now(&mut [0; 27]))
+    }
+}
+
+impl Clock {
+    /// Appends the time now to `line`.
+    fn put(self, line: &mut String) {
+        line.push_str(Clock::now(&mut [0; 27]));
+    }
+
+    /// The time now, written in `out`.
+    fn now(out: &mut [u8; 27]) -> &str {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
@@ -296,11 +369,11 @@ impl FormatTime for Clock {
             text = date_time(secs);
             SECOND.set((secs, text));
         }
-        let mut micros = [b'.', b'0', b'0', b'0', b'0', b'0', b'0', b'Z'];
-        put_digits(&mut micros[1..7], u64::from(now.subsec_micros()));
-        // Both are ASCII digits and punctuation.
-        w.write_str(std::str::from_utf8(&text).unwrap_or_default())?;
-        w.write_str(std::str::from_utf8(&micros).unwrap_or_default())
+        out[..19].copy_from_slice(&text);
+        out[19..].copy_from_slice(b".000000Z");
+        put_digits(&mut out[20..26], u64::from(now.subsec_micros()));
+        // ASCII digits and punctuation.
+        std::str::from_utf8(out).unwrap_or_default()
     }
 }
 
