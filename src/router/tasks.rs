@@ -100,7 +100,7 @@ pub(super) async fn gateway_runs(
     // decided here without reading their params.
     let declared = if session.protocol_version.is_stateless() {
         tasks::request_declares(params).unwrap_or(false)
-    } else if tasks::declares_extension(&session.client_capabilities) {
+    } else if session.declares_tasks {
         true
     } else {
         return Ok(None);

@@ -74,6 +74,9 @@ pub struct LiveSession {
     pub client_info: Arc<Value>,
     /// Hash of `client_capabilities`: sessions with equal capabilities share cached lists.
     pub capabilities_fingerprint: u64,
+    /// Whether `client_capabilities` declare the tasks extension, read once (every tool call
+    /// asks).
+    pub declares_tasks: bool,
     initialized: AtomicBool,
     /// Woken when the session becomes initialized (a GET stream may be waiting for it).
     handshake: tokio::sync::Notify,
@@ -160,6 +163,7 @@ impl LiveSession {
             protocol_version,
             transport: ClientTransport::StreamableHttp,
             capabilities_fingerprint,
+            declares_tasks: crate::protocol::tasks::declares_extension(&client_capabilities),
             client_capabilities,
             client_info,
             initialized: AtomicBool::new(false),

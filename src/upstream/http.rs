@@ -279,9 +279,10 @@ impl HttpLink {
             let link = http_link(&conn);
             // The whole exchange, the answer's stream included, is bounded. Boxed: it is most
             // of this task's state, which spawning moves several times (1.8 KB unboxed, most
-            // of it not yet in use).
-            let exchange = link.exchange(&conn, id, body, trace.as_ref(), mcp.as_ref());
-            let bounded = Box::pin(tokio::time::timeout(link.exchange_timeout, exchange));
+            // of it not yet in use); boxed before the timeout takes it, which then moves a
+            // pointer instead of a copy of it.
+            let exchange = Box::pin(link.exchange(&conn, id, body, trace.as_ref(), mcp.as_ref()));
+            let bounded = tokio::time::timeout(link.exchange_timeout, exchange);
             let outcome = match cancelled {
                 Some(rx) => tokio::select! {
                     o = bounded => {
