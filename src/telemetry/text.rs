@@ -60,7 +60,10 @@ where
         let written = self
             .make_up(ctx, event, &mut line)
             .and_then(|()| w.write_str(&line));
-        LINE.set(line);
+        // Kept for the next line unless a long one (a logged upstream body) grew it.
+        if line.capacity() <= 4096 {
+            LINE.set(line);
+        }
         written
     }
 }
