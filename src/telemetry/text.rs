@@ -1,9 +1,9 @@
 //! The text log format's hot parts, written without `core::fmt` where the value allows: the
 //! line around an event's fields (`Line`, made up in a buffer and written at once), the
-//! fields of spans and events (`Fields`) and the timestamp (`Clock`). Every request records several span fields and a tool call writes an
-//! audit line, so these run per call; the output is exactly `tracing_subscriber`'s default
-//! text format (without colours), which handles every case not taken here (errors, raw
-//! identifiers, strings that need escaping).
+//! fields of spans and events (`Fields`) and the timestamp (`Clock`). Every request records
+//! several span fields and a tool call writes an audit line, so these run per call; the
+//! output is exactly `tracing_subscriber`'s default text format (without colours), which
+//! handles every case not taken here (errors, raw identifiers, strings that need escaping).
 
 use std::cell::Cell;
 use std::fmt;
@@ -116,6 +116,7 @@ impl Line {
         }
         line.push_str(meta.target());
         line.push_str(": ");
+        // Messages escaped: a line is only made up for a writer that escapes them.
         let mut visitor = Visitor::new(&mut *line, true);
         event.record(&mut visitor);
         visitor.result?;
