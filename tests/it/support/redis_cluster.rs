@@ -62,42 +62,11 @@ impl RedisCluster {
         let dir = TempDir::new("redis-cluster");
         let mut nodes = Vec::new();
         for i in 0..6 {
-            let port = free_port();
-            let bus_port = free_port();
             let node_dir = dir.path(&format!("n{i}"));
             std::fs::create_dir_all(&node_dir).expect("node dir");
-            let child = Command::new(binary("redis-server"))
-                .args(["--bind", "127.0.0.1", "--port"])
-                .arg(port.to_string())
-                .arg("--cluster-port")
-                .arg(bus_port.to_string())
-                .args(["--cluster-enabled", "yes", "--cluster-config-file"])
-                .arg(node_dir.join("nodes.conf"))
-                .arg("--cluster-node-timeout")
-                .arg(NODE_TIMEOUT_MS.to_string())
-                .args(["--save", "", "--appendonly", "no"])
-                .args(["--protected-mode", "yes", "--daemonize", "no"])
-                .arg("--dir")
-                .arg(&node_dir)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .kill_on_drop(true)
-                .spawn()
-                .expect("redis-server starts");
-            nodes.push(ClusterNode {
-                port,
-                child: Some(child),
-            });
+            nodes.push(start_node(&node_dir).await);
         }
         let cluster = RedisCluster { nodes, _dir: dir };
-        for n in &cluster.nodes {
-            let port = n.port;
-            assert!(
-                super::eventually(Duration::from_secs(20), || ping(port)).await,
-                "redis-server did not answer PING on 127.0.0.1:{port} within 20s"
-            );
-        }
         let addresses: Vec<String> = cluster
             .nodes
             .iter()
@@ -348,6 +317,52 @@ fn replicas_in_sync(info: &str) -> bool {
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 == offset
         })
+}
+
+/// Starts one node in `node_dir` and waits until it answers PING. A free port can be taken
+/// by another test between being chosen and being bound (the node then exits at once): the
+/// node is started again on new ports, a few times at most.
+async fn start_node(node_dir: &std::path::Path) -> ClusterNode {
+    for _ in 0..5 {
+        let port = free_port();
+        let bus_port = free_port();
+        let mut child = Command::new(binary("redis-server"))
+            .args(["--bind", "127.0.0.1", "--port"])
+            .arg(port.to_string())
+            .arg("--cluster-port")
+            .arg(bus_port.to_string())
+            .args(["--cluster-enabled", "yes", "--cluster-config-file"])
+            .arg(node_dir.join("nodes.conf"))
+            .arg("--cluster-node-timeout")
+            .arg(NODE_TIMEOUT_MS.to_string())
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--protected-mode", "yes", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(node_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("redis-server starts");
+        let mut exited = false;
+        let up = super::eventually(Duration::from_secs(20), || {
+            exited = exited || matches!(child.try_wait(), Ok(Some(_)));
+            exited || ping(port)
+        })
+        .await;
+        if up && !exited {
+            return ClusterNode {
+                port,
+                child: Some(child),
+            };
+        }
+        assert!(
+            exited,
+            "redis-server did not answer PING on 127.0.0.1:{port} within 20s"
+        );
+    }
+    panic!("redis-server exited at start five times (its ports taken each time)");
 }
 
 fn ping(port: u16) -> bool {
