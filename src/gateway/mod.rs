@@ -202,9 +202,8 @@ impl Gateway {
             }
             None => Box::pin(self.resume(tenant, user, id)).await?,
         };
-        session.touch();
         // The stored TTL slides too, but one store write per tenth of the TTL is enough.
-        if session.store_touch_due(self.session_ttl / 10) {
+        if session.touch(self.session_ttl / 10) {
             Box::pin(self.slide_stored(tenant, &session)).await?;
         }
         Ok(session)

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::moment::Moment;
+use super::moment::{Moment, Reading};
 use super::{
     ClientTransport, InFlight, ProcessPermit, ProcessSource, SessionKey, SessionRecord,
     UpstreamSessionRecord,
@@ -400,8 +400,13 @@ impl LiveSession {
         self.is_initialized()
     }
 
-    pub fn touch(&self) {
-        self.last_seen.set_now();
+    /// Marks the session active now; true at most once per `store_every` (as
+    /// [`LiveSession::store_touch_due`]): time to restart the stored record's time-to-live.
+    /// One reading of the clock for both.
+    pub fn touch(&self, store_every: std::time::Duration) -> bool {
+        let now = Reading::take();
+        self.last_seen.set(now);
+        self.last_store_touch.advance_at(now, store_every)
     }
 
     pub fn idle_since(&self) -> Instant {

@@ -12,6 +12,17 @@ fn nanos(at: Instant) -> u64 {
     u64::try_from(at.saturating_duration_since(*BASE).as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// One reading of the clock, for moments moved at the same time (a clock read and its
+/// conversion cost a request ~80 instructions each).
+#[derive(Clone, Copy)]
+pub(super) struct Reading(u64);
+
+impl Reading {
+    pub(super) fn take() -> Reading {
+        Reading(nanos(Instant::now()))
+    }
+}
+
 /// An `Instant` that can be read and moved forward without a lock.
 pub(super) struct Moment(AtomicU64);
 
@@ -24,15 +35,21 @@ impl Moment {
         *BASE + Duration::from_nanos(self.0.load(Ordering::Relaxed))
     }
 
-    pub(super) fn set_now(&self) {
-        self.0.store(nanos(Instant::now()), Ordering::Relaxed);
-    }
-
     /// Moves it to now when at least `every` has passed since it: true for the one caller
     /// that did (of any that raced), false otherwise.
     pub(super) fn advance_after(&self, every: Duration) -> bool {
+        self.advance_at(Reading::take(), every)
+    }
+
+    /// Sets it to `at`.
+    pub(super) fn set(&self, at: Reading) {
+        self.0.store(at.0, Ordering::Relaxed);
+    }
+
+    /// [`Moment::advance_after`] with the clock already read (`at`).
+    pub(super) fn advance_at(&self, at: Reading, every: Duration) -> bool {
         let every = u64::try_from(every.as_nanos()).unwrap_or(u64::MAX);
-        self.advance_to(nanos(Instant::now()), every)
+        self.advance_to(at.0, every)
     }
 
     fn advance_to(&self, now: u64, every: u64) -> bool {
@@ -61,7 +78,7 @@ mod tests {
             m.get()
         );
         std::thread::sleep(Duration::from_millis(5));
-        m.set_now();
+        m.set(Reading::take());
         assert!(m.get() > after);
     }
 
