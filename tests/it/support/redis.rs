@@ -2,7 +2,7 @@
 //! fsynced on every write in a private directory, so a test can kill it (SIGKILL) and start it
 //! again on the same port without losing what was acknowledged. Killed on drop.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -17,21 +17,42 @@ pub struct RedisServer {
     child: Option<Child>,
 }
 
-pub(crate) fn redis_server() -> PathBuf {
-    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
-        let p = PathBuf::from(dir).join("redis-server");
+/// A Redis binary (`redis-server`, `redis-cli`) on PATH, else in `/usr/bin` or
+/// `/usr/local/bin`; a clear panic naming the install script when there is none.
+pub(crate) fn binary(name: &str) -> PathBuf {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let dirs = path.split(':').chain(["/usr/bin", "/usr/local/bin"]);
+    for dir in dirs {
+        let p = PathBuf::from(dir).join(name);
         if p.is_file() {
             return p;
         }
     }
-    for p in ["/usr/bin/redis-server", "/usr/local/bin/redis-server"] {
-        if std::path::Path::new(p).is_file() {
-            return p.into();
-        }
-    }
     panic!(
-        "redis-server not found on PATH: run `bash scripts/install-test-deps.sh` (installs it from Debian's packages) or install Redis >= 6"
+        "{name} not found on PATH: run `bash scripts/install-test-deps.sh` (installs redis-server and redis-tools from Debian's packages) or install Redis >= 7"
     );
+}
+
+pub(crate) fn redis_server() -> PathBuf {
+    binary("redis-server")
+}
+
+/// `redis-server` as every test starts it: on 127.0.0.1:`port`, in the foreground, protected
+/// mode on, no RDB snapshots, data in `dir`, no output, killed when dropped. Callers add what
+/// their kind of node needs (persistence, replication, cluster mode) before spawning it.
+pub(crate) fn server_command(port: u16, dir: &Path) -> Command {
+    let mut command = Command::new(redis_server());
+    command
+        .args(["--bind", "127.0.0.1", "--port"])
+        .arg(port.to_string())
+        .args(["--save", "", "--protected-mode", "yes", "--daemonize", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    command
 }
 
 impl RedisServer {
@@ -51,24 +72,8 @@ impl RedisServer {
     }
 
     async fn spawn(&mut self) {
-        let child = Command::new(redis_server())
-            .args(["--bind", "127.0.0.1", "--port"])
-            .arg(self.port.to_string())
-            .args([
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-            ])
-            .args(["--protected-mode", "yes", "--daemonize", "no"])
-            .arg("--dir")
-            .arg(&self.dir.0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
+        let child = server_command(self.port, &self.dir.0)
+            .args(["--appendonly", "yes", "--appendfsync", "always"])
             .spawn()
             .expect("redis-server starts");
         self.child = Some(child);
@@ -104,7 +109,8 @@ impl RedisServer {
     }
 }
 
-fn ping(port: u16) -> bool {
+/// Whether the server on `port` answers PING within half a second.
+pub(crate) fn ping(port: u16) -> bool {
     use std::io::{Read, Write};
     let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return false;

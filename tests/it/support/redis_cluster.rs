@@ -4,7 +4,6 @@
 //! with a replica each, and a short `cluster-node-timeout` so a killed primary's replica takes
 //! over within seconds. Every wait is bounded; every node is killed on drop.
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -12,6 +11,7 @@ use tokio::process::{Child, Command};
 
 use super::TempDir;
 use super::peers::free_port;
+use super::redis::{binary, ping, server_command};
 
 /// How long a node may be unreachable before the others fail it over (ms).
 pub const NODE_TIMEOUT_MS: u64 = 1000;
@@ -38,21 +38,6 @@ pub struct NodeInfo {
     pub has_slots: bool,
     /// The slot ranges it serves (inclusive).
     pub slots: Vec<(u16, u16)>,
-}
-
-fn binary(name: &str) -> PathBuf {
-    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
-        let p = PathBuf::from(dir).join(name);
-        if p.is_file() {
-            return p;
-        }
-    }
-    let p = PathBuf::from("/usr/bin").join(name);
-    assert!(
-        p.is_file(),
-        "{name} not found on PATH: run `bash scripts/install-test-deps.sh` (installs redis-server and redis-tools from Debian's packages) or install Redis >= 7"
-    );
-    p
 }
 
 impl RedisCluster {
@@ -326,23 +311,14 @@ async fn start_node(node_dir: &std::path::Path) -> ClusterNode {
     for _ in 0..5 {
         let port = free_port();
         let bus_port = free_port();
-        let mut child = Command::new(binary("redis-server"))
-            .args(["--bind", "127.0.0.1", "--port"])
-            .arg(port.to_string())
+        let mut child = server_command(port, node_dir)
             .arg("--cluster-port")
             .arg(bus_port.to_string())
             .args(["--cluster-enabled", "yes", "--cluster-config-file"])
             .arg(node_dir.join("nodes.conf"))
             .arg("--cluster-node-timeout")
             .arg(NODE_TIMEOUT_MS.to_string())
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--protected-mode", "yes", "--daemonize", "no"])
-            .arg("--dir")
-            .arg(node_dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
+            .args(["--appendonly", "no"])
             .spawn()
             .expect("redis-server starts");
         let mut exited = false;
@@ -363,19 +339,6 @@ async fn start_node(node_dir: &std::path::Path) -> ClusterNode {
         );
     }
     panic!("redis-server exited at start five times (its ports taken each time)");
-}
-
-fn ping(port: u16) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-    if s.write_all(b"PING\r\n").is_err() {
-        return false;
-    }
-    let mut buf = [0u8; 16];
-    matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
 }
 
 impl Drop for RedisCluster {

@@ -11,7 +11,7 @@ use tokio::process::{Child, Command};
 
 use super::TempDir;
 use super::peers::free_port;
-use super::redis::redis_server;
+use super::redis::{redis_server, server_command};
 
 /// The name the sentinels monitor the primary under.
 pub const MASTER: &str = "sy-main";
@@ -175,26 +175,15 @@ impl SentinelSetup {
 async fn start_data(dir: &TempDir, port: u16, replica_of: Option<u16>) -> Node {
     let data_dir = dir.path(&format!("data-{port}"));
     std::fs::create_dir_all(&data_dir).expect("data dir");
-    let mut command = Command::new(redis_server());
-    command
-        .args(["--bind", "127.0.0.1", "--port"])
-        .arg(port.to_string())
-        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-        .arg("--dir")
-        .arg(&data_dir);
+    let mut command = server_command(port, &data_dir);
+    command.args(["--appendonly", "no"]);
     if let Some(primary) = replica_of {
         command
             .arg("--replicaof")
             .arg("127.0.0.1")
             .arg(primary.to_string());
     }
-    let child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("redis-server starts");
+    let child = command.spawn().expect("redis-server starts");
     let up = wait_for(Duration::from_secs(20), || async move {
         query::<String>(port, &mut redis::cmd("PING"))
             .await
