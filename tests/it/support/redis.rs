@@ -77,12 +77,7 @@ impl RedisServer {
             .spawn()
             .expect("redis-server starts");
         self.child = Some(child);
-        let port = self.port;
-        let up = super::eventually(Duration::from_secs(20), || ping(port)).await;
-        assert!(
-            up,
-            "redis-server did not answer PING on 127.0.0.1:{port} within 20s"
-        );
+        wait_until_up(self.port).await;
     }
 
     /// SIGKILL, as a crash would; waits until the port refuses connections.
@@ -107,6 +102,15 @@ impl RedisServer {
             .await
             .expect("connect to the test redis")
     }
+}
+
+/// Waits (20 s at most) until the server on `port` answers PING; panics saying so otherwise.
+pub(crate) async fn wait_until_up(port: u16) {
+    let up = super::eventually(Duration::from_secs(20), || ping(port)).await;
+    assert!(
+        up,
+        "redis-server did not answer PING on 127.0.0.1:{port} within 20s"
+    );
 }
 
 /// Whether the server on `port` answers PING within half a second.

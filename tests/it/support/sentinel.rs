@@ -11,7 +11,7 @@ use tokio::process::{Child, Command};
 
 use super::TempDir;
 use super::peers::free_port;
-use super::redis::{redis_server, server_command};
+use super::redis::{redis_server, server_command, wait_until_up};
 
 /// The name the sentinels monitor the primary under.
 pub const MASTER: &str = "sy-main";
@@ -184,16 +184,7 @@ async fn start_data(dir: &TempDir, port: u16, replica_of: Option<u16>) -> Node {
             .arg(primary.to_string());
     }
     let child = command.spawn().expect("redis-server starts");
-    let up = wait_for(Duration::from_secs(20), || async move {
-        query::<String>(port, &mut redis::cmd("PING"))
-            .await
-            .is_some()
-    })
-    .await;
-    assert!(
-        up,
-        "redis-server did not answer PING on 127.0.0.1:{port} within 20s"
-    );
+    wait_until_up(port).await;
     Node {
         port,
         child: Some(child),
