@@ -8,13 +8,13 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::http::request::Parts;
 use axum::http::{Response, StatusCode};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use serde_json::value::RawValue;
 
+use super::head::Head;
 use super::{endpoint, headers, sse};
 use crate::auth::Principal;
 use crate::error::GatewayError;
@@ -48,7 +48,7 @@ pub(super) async fn serve(
     gateway: &Gateway,
     tenant: &Arc<Tenant>,
     principal: &Principal,
-    parts: &Parts,
+    parts: &Head,
     bytes: &Bytes,
 ) -> Result<Response<Body>, GatewayError> {
     if endpoint::stateless_headers(parts) {
@@ -101,7 +101,7 @@ async fn member(
     tenant: &Arc<Tenant>,
     session: &Arc<LiveSession>,
     principal: &Principal,
-    parts: &Parts,
+    parts: &Head,
     raw: Bytes,
     message: Result<Message<'_>, ParseError>,
 ) -> Answer {

@@ -11,6 +11,7 @@ use axum::http::{HeaderValue, Method, Response, StatusCode, header};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
+use super::head::Head;
 use super::{batch, guard, headers, sse, stateless};
 use crate::auth::Principal;
 use crate::error::{ErrorLabel, GatewayError};
@@ -38,7 +39,7 @@ pub async fn handle(
     gateway: &Gateway,
     tenant: &Arc<Tenant>,
     principal: &Principal,
-    parts: &Parts,
+    parts: &Head,
     body: Body,
 ) -> Response<Body> {
     let mut ex = Recorded::start(tenant, &parts.method, "unparsed");
@@ -153,7 +154,7 @@ async fn post(
     gateway: &Gateway,
     tenant: &Arc<Tenant>,
     principal: &Principal,
-    parts: &Parts,
+    parts: &Head,
     body: Body,
     label: &mut &'static str,
     span: &mut telemetry::RequestSpan,
@@ -226,7 +227,7 @@ async fn dispatch(
     gateway: &Gateway,
     tenant: &Arc<Tenant>,
     principal: &Principal,
-    parts: &Parts,
+    parts: &Head,
     bytes: &Bytes,
     message: Message<'_>,
 ) -> Result<Response<Body>, GatewayError> {
@@ -313,7 +314,7 @@ async fn dispatch(
 
 /// A tool that needs scopes the token lacks is answered with the endpoint's step-up challenge
 /// (the client may obtain a token with these scopes); other errors stay as they are.
-pub(super) fn step_up(tenant: &Tenant, parts: &Parts, e: GatewayError) -> GatewayError {
+pub(super) fn step_up(tenant: &Tenant, parts: &Head, e: GatewayError) -> GatewayError {
     let GatewayError::ToolNeedsScopes { missing } = e else {
         return e;
     };

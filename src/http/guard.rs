@@ -5,10 +5,10 @@
 //! is nothing to match); a well-formed one that is not allowed is a 403; token failures are
 //! 401/403/400, keys out of reach 503.
 
-use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 
 use super::authority::{Authority, Malformed, Origin};
+use super::head::Head;
 use crate::auth::{Principal, ResourceIdentity};
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
@@ -23,10 +23,10 @@ const SHOWN: usize = 100;
 pub fn check_front<'p>(
     gateway: &Gateway,
     tenant: &Tenant,
-    parts: &'p Parts,
+    parts: &'p Head,
 ) -> Result<Authority<'p>, GatewayError> {
     let host = check_host(gateway, tenant, parts)?;
-    check_origin(gateway, tenant, &parts.headers, &host, tls(parts))?;
+    check_origin(gateway, tenant, &parts.headers, &host, parts.tls())?;
     Ok(host)
 }
 
@@ -34,11 +34,11 @@ pub fn check_front<'p>(
 pub async fn admit(
     gateway: &Gateway,
     tenant: &Tenant,
-    parts: &Parts,
+    parts: &Head,
     host: &Authority<'_>,
 ) -> Result<Principal, GatewayError> {
     match &tenant.authenticator {
-        None => Ok(match parts.extensions.get::<crate::listener::ConnInfo>() {
+        None => Ok(match parts.conn() {
             Some(conn) => {
                 let client = super::client_addr::client_address(
                     conn.remote.ip(),
@@ -65,7 +65,7 @@ pub async fn admit(
 pub fn check_host<'p>(
     gateway: &Gateway,
     tenant: &Tenant,
-    parts: &'p Parts,
+    parts: &'p Head,
 ) -> Result<Authority<'p>, GatewayError> {
     let host = request_authority(parts).inspect_err(|e| {
         tracing::warn!(tenant = %tenant.name, error = %e, "request refused: malformed Host");
@@ -84,11 +84,11 @@ pub fn check_host<'p>(
 }
 
 /// The canonical resource of the endpoint: configured, or derived from the checked host.
-pub fn resource_identity(tenant: &Tenant, parts: &Parts, host: &Authority<'_>) -> ResourceIdentity {
+pub fn resource_identity(tenant: &Tenant, parts: &Head, host: &Authority<'_>) -> ResourceIdentity {
     match &tenant.config.resource {
         Some(uri) => ResourceIdentity::new(uri.clone()),
         None => ResourceIdentity::from_request(
-            tls(parts),
+            parts.tls(),
             &host.to_url_authority(),
             &tenant.config.path,
         ),
@@ -96,7 +96,7 @@ pub fn resource_identity(tenant: &Tenant, parts: &Parts, host: &Authority<'_>) -
 }
 
 /// The resource of a request `admit` let through (for challenges raised later).
-pub fn admitted_resource(tenant: &Tenant, parts: &Parts) -> ResourceIdentity {
+pub fn admitted_resource(tenant: &Tenant, parts: &Head) -> ResourceIdentity {
     match request_authority(parts) {
         Ok(host) => resource_identity(tenant, parts, &host),
         // Not reached after `admit`; a path-only identity rather than a made-up host.
@@ -108,7 +108,7 @@ pub fn admitted_resource(tenant: &Tenant, parts: &Parts) -> ResourceIdentity {
 /// authority (HTTP/2 `:authority`, or an absolute-form target). When both are present they
 /// must agree (RFC 9113 §8.3.1; RFC 9112 §3.2.2 would have the target win, so a Host that
 /// disagrees is refused rather than either one trusted).
-fn request_authority(parts: &Parts) -> Result<Authority<'_>, GatewayError> {
+fn request_authority(parts: &Head) -> Result<Authority<'_>, GatewayError> {
     let sent = once(&parts.headers, &header::HOST)
         .map_err(|_| GatewayError::BadHost("the Host header must appear once"))?;
     let target = parts.uri.authority().map(|a| a.as_str());
@@ -126,21 +126,13 @@ fn request_authority(parts: &Parts) -> Result<Authority<'_>, GatewayError> {
     {
         let named = Authority::parse_request(target)
             .map_err(|Malformed(why)| GatewayError::BadHost(why))?;
-        if !named.same_as(&host, tls(parts)) {
+        if !named.same_as(&host, parts.tls()) {
             return Err(GatewayError::BadHost(
                 "the Host header and the request target name different hosts",
             ));
         }
     }
     Ok(host)
-}
-
-/// Whether the request came over TLS (hand-built requests without `ConnInfo` did not).
-fn tls(parts: &Parts) -> bool {
-    parts
-        .extensions
-        .get::<crate::listener::ConnInfo>()
-        .is_some_and(|c| c.tls)
 }
 
 /// A request without `Origin` passes (not a browser, or same-origin GET). One with it must be

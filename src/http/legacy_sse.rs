@@ -15,6 +15,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 
 use super::endpoint::{self, Recorded, accepted, describe, note_session, refuse_unparsed};
+use super::head::Head;
 use super::{headers, sse};
 use crate::auth::Principal;
 use crate::cluster::BusMessage;
@@ -51,7 +52,7 @@ pub async fn handle(
     gateway: Arc<Gateway>,
     tenant: Arc<Tenant>,
     principal: Principal,
-    parts: Parts,
+    parts: Head,
     body: Body,
     route: Route,
 ) -> Response<Body> {

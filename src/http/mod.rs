@@ -10,6 +10,7 @@ pub mod client_addr;
 mod cors;
 pub mod endpoint;
 pub mod guard;
+pub mod head;
 pub mod headers;
 pub mod legacy_sse;
 mod retry_relay;
@@ -28,12 +29,12 @@ use futures_util::future::Either;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
-use axum::http::request::Parts;
-
 use crate::cluster::BusMessage;
 use crate::gateway::{Gateway, RequestRelay};
+use crate::listener::ConnInfo;
 use crate::session::LiveSession;
 use crate::tenant::Tenant;
+use head::Head;
 
 /// The router's and this layer's part of the gateway's bus (`gateway::RequestRelay`), given
 /// to the gateway by `app::build`.
@@ -80,16 +81,25 @@ pub fn front(gateway: Arc<Gateway>) -> Front {
         })
         .on_response(DefaultOnResponse::new().level(Level::DEBUG));
     let router = Router::new()
-        .fallback(move |req: Request| dispatch(gateway.clone(), req))
+        .fallback(move |req: Request| {
+            let conn = req.extensions().get::<ConnInfo>().copied();
+            dispatch(gateway.clone(), req, conn)
+        })
         .layer(trace);
     Front::Traced(router)
 }
 
 impl crate::listener::Service for Front {
-    fn call(&self, req: Request) -> impl Future<Output = Response<Body>> + Send + use<> {
+    fn call(
+        &self,
+        req: Request,
+        conn: ConnInfo,
+    ) -> impl Future<Output = Response<Body>> + Send + use<> {
         match self {
-            Front::Direct(gateway) => Either::Left(dispatch(gateway.clone(), req)),
-            Front::Traced(router) => Either::Right(crate::listener::Service::call(router, req)),
+            Front::Direct(gateway) => Either::Left(dispatch(gateway.clone(), req, Some(conn))),
+            Front::Traced(router) => {
+                Either::Right(crate::listener::Service::call(router, req, conn))
+            }
         }
     }
 }
@@ -173,12 +183,18 @@ impl Probe {
 
 /// One request to the MCP listener: `/healthz` and `/readyz`, else the tenant whose endpoint
 /// (or protected-resource metadata, or 2024-11-05 stream or message) path matches, else 404.
-/// Every endpoint request passes the security front first.
-fn dispatch(gateway: Arc<Gateway>, req: Request) -> impl Future<Output = Response<Body>> {
+/// Every endpoint request passes the security front first. `conn` is the connection the
+/// request came on (`None`: built in-process).
+fn dispatch(
+    gateway: Arc<Gateway>,
+    req: Request,
+    conn: Option<ConnInfo>,
+) -> impl Future<Output = Response<Body>> {
     // Taken apart here, and the handlers below borrow the parts: an `async fn`'s arguments
     // stay in its state beside whatever they are moved into, and each copy would size (and
     // be copied with) every request's future.
     let (parts, body) = req.into_parts();
+    let parts = Head::new(parts, conn);
     async move {
         let path = parts.uri.path();
         if let Some(probe) = Probe::at(path) {
@@ -249,11 +265,7 @@ fn refused(tenant: &Tenant, e: crate::error::GatewayError) -> Response<Body> {
 /// RFC 9728 metadata of a tenant with `auth` (404 for tenants without), under the endpoint's
 /// Host rules: a Host the endpoint would refuse cannot have a resource named after it. The
 /// document is public, so any browser origin may read it (and preflight it).
-fn protected_resource_metadata(
-    gateway: &Gateway,
-    tenant: &Tenant,
-    parts: &Parts,
-) -> Response<Body> {
+fn protected_resource_metadata(gateway: &Gateway, tenant: &Tenant, parts: &Head) -> Response<Body> {
     let grant = cors::Grant::public(&parts.headers);
     let Some(auth) = &tenant.authenticator else {
         return grant.apply(not_found("this endpoint is not a protected resource\n"));
@@ -291,6 +303,15 @@ mod tests {
     use super::*;
     use tower::ServiceExt;
 
+    /// A plain connection from a loopback client.
+    const LOOPBACK: ConnInfo = ConnInfo {
+        tls: false,
+        remote: std::net::SocketAddr::V4(std::net::SocketAddrV4::new(
+            std::net::Ipv4Addr::LOCALHOST,
+            40000,
+        )),
+    };
+
     async fn gateway() -> Arc<Gateway> {
         let config = crate::config::parse(
             "tenants:\n  - name: a\n    upstreams:\n      - {name: u, http: {url: \"http://127.0.0.1:9/mcp\"}}\n",
@@ -309,7 +330,7 @@ mod tests {
             .header("host", "127.0.0.1:8080")
             .body(Body::empty())
             .unwrap();
-        let resp = crate::listener::Service::call(&front(gateway().await), req).await;
+        let resp = crate::listener::Service::call(&front(gateway().await), req, LOOPBACK).await;
         let status = resp.status();
         let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
             .await
@@ -394,7 +415,7 @@ mod tests {
             .uri("/healthz")
             .body(Body::empty())
             .unwrap();
-        let resp = crate::listener::Service::call(&front(gateway().await), req).await;
+        let resp = crate::listener::Service::call(&front(gateway().await), req, LOOPBACK).await;
         assert_eq!(resp.headers()["content-type"], "text/plain; charset=utf-8");
         // HEAD is answered like GET (the listener leaves the body out); other methods not.
         assert_eq!(call("HEAD", "/healthz").await.0, StatusCode::OK);
@@ -405,7 +426,7 @@ mod tests {
                 .uri(path)
                 .body(Body::empty())
                 .unwrap();
-            let resp = crate::listener::Service::call(&front(gateway().await), req).await;
+            let resp = crate::listener::Service::call(&front(gateway().await), req, LOOPBACK).await;
             assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED, "{path}");
             assert_eq!(resp.headers()["allow"], "GET,HEAD", "{path}");
         }

@@ -7,8 +7,9 @@
 //! rate, the process-wide budget) are here too (`body.rs`): the handlers read every body
 //! through that one reader.
 //!
-//! Every request carries a [`ConnInfo`] extension, so handlers know whether it came over TLS
-//! and from where (one extension: each costs the request an allocation).
+//! Every request is served with the [`ConnInfo`] of its connection, so handlers know whether
+//! it came over TLS and from where: passed beside the request (an extension would cost every
+//! request an extension map), as an extension to axum routers.
 
 mod admission;
 pub mod body;
@@ -64,7 +65,7 @@ const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 /// per request, so it is only passed on when it differs.
 const HYPER_MAX_HEADERS: usize = 100;
 
-/// The connection a request arrived on; an extension of every request.
+/// The connection a request arrived on, given to the [`Service`] with each request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnInfo {
     /// The connection is TLS (the listener terminates it).
@@ -207,11 +208,22 @@ impl Builders {
 
 /// What a listener serves: each request (its body read through hyper) to its response.
 pub trait Service: Clone + Send + Sync + 'static {
-    fn call(&self, req: Request<Body>) -> impl Future<Output = Response<Body>> + Send + use<Self>;
+    /// Serves `req`, which came on `conn`.
+    fn call(
+        &self,
+        req: Request<Body>,
+        conn: ConnInfo,
+    ) -> impl Future<Output = Response<Body>> + Send + use<Self>;
 }
 
+/// An axum router gets the connection as a request extension (`Extension<ConnInfo>`).
 impl Service for Router {
-    fn call(&self, req: Request<Body>) -> impl Future<Output = Response<Body>> + Send + use<> {
+    fn call(
+        &self,
+        mut req: Request<Body>,
+        conn: ConnInfo,
+    ) -> impl Future<Output = Response<Body>> + Send + use<> {
+        req.extensions_mut().insert(conn);
         // Router is always ready (its `poll_ready` returns Ready): call it directly.
         let call = tower_service::Service::call(&mut self.clone(), req);
         async move {
@@ -398,11 +410,10 @@ impl<S: Service> Connection<S> {
         let activity = Activity::new(self.accepted);
         let inner = self.service;
         let requests = activity.clone();
-        let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
             let in_flight = requests.begin();
-            req.extensions_mut().insert(info);
             let head = req.method() == Method::HEAD;
-            let call = inner.call(req.map(Body::new));
+            let call = inner.call(req.map(Body::new), info);
             async move {
                 let mut resp = call.await;
                 if head {

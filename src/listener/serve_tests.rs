@@ -228,6 +228,7 @@ impl super::Service for Always {
     fn call(
         &self,
         _req: axum::http::Request<axum::body::Body>,
+        _conn: ConnInfo,
     ) -> impl Future<Output = axum::http::Response<axum::body::Body>> + Send + use<> {
         std::future::ready(axum::http::Response::new(axum::body::Body::from(
             "ten bytes!",

@@ -192,3 +192,49 @@ async fn https_with_both_protocols_and_certificate_reload() {
 
     gw.stop().await;
 }
+
+/// The endpoint's own origin is the scheme it is reached by: over TLS, a browser page from
+/// `https://<host>` is admitted and one from `http://<host>` (the same host, another origin)
+/// is refused — the guard knows the request came over TLS.
+#[tokio::test]
+async fn over_tls_the_endpoints_own_origin_is_its_https_one() {
+    let dir = TempDir::new("tls-origin");
+    let ca = Ca::new("Switchyard Test CA");
+    let (cert, key) = ca.leaf("origin");
+    let (cert_path, key_path) = (dir.path("cert.pem"), dir.path("key.pem"));
+    std::fs::write(&cert_path, cert).expect("write cert");
+    std::fs::write(&key_path, key).expect("write key");
+    let mut t = tenant(
+        "t",
+        vec![upstream("demo", UpstreamTransport::Stdio(demo_stdio(None)))],
+    );
+    // An origin listed: loopback pages are no longer admitted as such.
+    t.allowed_origins = vec!["https://app.example".into()];
+    let mut cfg = config(vec![t]);
+    cfg.tls = Some(TlsConfig {
+        cert: cert_path,
+        key: key_path,
+        reload_interval: Duration::from_secs(60),
+    });
+    let gw = TestGateway::start(cfg).await;
+    let client = ca.client(true);
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "tls-origin", "version": "1"}}});
+    for (origin, status) in [
+        (format!("https://{}", gw.addr), 200),
+        (format!("http://{}", gw.addr), 403),
+    ] {
+        let resp = client
+            .post(gw.https_url("t"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("origin", &origin)
+            .body(initialize.to_string())
+            .send()
+            .await
+            .expect("request over TLS");
+        assert_eq!(resp.status().as_u16(), status, "Origin {origin}");
+    }
+    gw.stop().await;
+}
