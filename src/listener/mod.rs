@@ -19,6 +19,7 @@ pub mod reload;
 mod repoll;
 pub mod tls;
 mod watchdog;
+mod woken;
 
 #[cfg(test)]
 mod serve_tests;
@@ -427,7 +428,12 @@ impl<S: Service> Connection<S> {
             .watcher
             .watch(builder.serve_connection_with_upgrades(TokioIo::new(io), service));
         let limits = &self.limits;
-        let expired = watchdog::expire(&activity, limits.header_read_timeout, limits.idle_timeout);
+        // Polled only when its timer fires, not on each of the connection's wake-ups.
+        let expired = woken::Woken::new(watchdog::expire(
+            &activity,
+            limits.header_read_timeout,
+            limits.idle_timeout,
+        ));
         tokio::select! {
             ended = conn => if let Err(e) = ended {
                 if e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_timeout) {
