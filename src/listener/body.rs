@@ -8,12 +8,15 @@
 //! without (chunked, HTTP/2 without the header) reserves as it grows. The reservation lives
 //! in the [`Buffered`] the handler holds, and is given back when that is dropped.
 
+use std::future::Future as _;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
+use futures_util::FutureExt as _;
 use http_body_util::BodyExt;
 use hyper::body::Body as _;
 use tokio::time::Instant;
@@ -79,17 +82,38 @@ impl BodyReader {
         }
         let announced = hint.exact().map_or(0, |n| n as usize);
         let mut reservation = self.budget.reserve(announced)?;
-        let started = Instant::now();
-        let sleep = tokio::time::sleep_until(started + self.read_timeout);
-        let mut sleep = std::pin::pin!(sleep);
+        // The deadline runs from the first wait for bytes: a body that has arrived with its
+        // head (most do) is read without a clock reading or a timer.
+        let mut started: Option<Instant> = None;
+        let mut sleep = std::pin::pin!(None::<tokio::time::Sleep>);
         let mut body = body;
         let mut collected = Collected::Empty;
         let mut received = 0usize;
         loop {
-            let frame = tokio::select! {
-                biased;
-                frame = body.frame() => frame,
-                () = &mut sleep => return Err(GatewayError::BodyTimeout),
+            let frame = match std::pin::Pin::new(&mut body).frame().now_or_never() {
+                Some(frame) => frame,
+                None => {
+                    if sleep.is_none() {
+                        let now = *started.get_or_insert_with(Instant::now);
+                        let deadline = now + self.allowance(received);
+                        sleep.set(Some(tokio::time::sleep_until(deadline)));
+                    }
+                    // The next frame, or `None` once the deadline has passed.
+                    let waited = std::future::poll_fn(|cx| {
+                        if let Poll::Ready(frame) = std::pin::Pin::new(&mut body).poll_frame(cx) {
+                            return Poll::Ready(Some(frame));
+                        }
+                        match sleep.as_mut().as_pin_mut() {
+                            Some(timer) => timer.poll(cx).map(|()| None),
+                            None => Poll::Pending,
+                        }
+                    })
+                    .await;
+                    match waited {
+                        Some(frame) => frame,
+                        None => return Err(GatewayError::BodyTimeout),
+                    }
+                }
             };
             let data = match frame {
                 None => break,
@@ -105,9 +129,11 @@ impl BodyReader {
             }
             self.budget.grow(&mut reservation, received)?;
             collected.push(data, announced);
-            let deadline = started + self.allowance(received);
-            if deadline > sleep.deadline() {
-                sleep.as_mut().reset(deadline);
+            if let (Some(started), Some(timer)) = (started, sleep.as_mut().as_pin_mut()) {
+                let deadline = started + self.allowance(received);
+                if deadline > timer.deadline() {
+                    timer.reset(deadline);
+                }
             }
         }
         Ok(Buffered {

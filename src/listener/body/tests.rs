@@ -199,3 +199,18 @@ fn the_allowance_is_the_timeout_or_the_time_the_bytes_are_worth_at_the_rate() {
     let tiny = reader(1 << 20, 10_000, 1, 1 << 30);
     assert!(tiny.allowance(usize::MAX) > Duration::from_secs(10));
 }
+
+#[test]
+fn a_body_already_there_is_read_without_a_timer() {
+    // A runtime without timers: arming one would panic, so this read arms none.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let reader = reader(1 << 20, 2000, 0, 1 << 20);
+    let got = runtime
+        .block_on(reader.read(Body::from("{\"jsonrpc\":\"2.0\"}")))
+        .unwrap();
+    assert_eq!(&got[..], b"{\"jsonrpc\":\"2.0\"}");
+    drop(got);
+    assert_eq!(reader.buffered(), 0);
+}
