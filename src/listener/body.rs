@@ -16,8 +16,6 @@ use std::time::Duration;
 
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
-use futures_util::FutureExt as _;
-use http_body_util::BodyExt;
 use hyper::body::Body as _;
 use tokio::time::Instant;
 
@@ -90,30 +88,26 @@ impl BodyReader {
         let mut collected = Collected::Empty;
         let mut received = 0usize;
         loop {
-            let frame = match std::pin::Pin::new(&mut body).frame().now_or_never() {
-                Some(frame) => frame,
-                None => {
-                    if sleep.is_none() {
-                        let now = *started.get_or_insert_with(Instant::now);
-                        let deadline = now + self.allowance(received);
-                        sleep.set(Some(tokio::time::sleep_until(deadline)));
-                    }
-                    // The next frame, or `None` once the deadline has passed.
-                    let waited = std::future::poll_fn(|cx| {
-                        if let Poll::Ready(frame) = std::pin::Pin::new(&mut body).poll_frame(cx) {
-                            return Poll::Ready(Some(frame));
-                        }
-                        match sleep.as_mut().as_pin_mut() {
-                            Some(timer) => timer.poll(cx).map(|()| None),
-                            None => Poll::Pending,
-                        }
-                    })
-                    .await;
-                    match waited {
-                        Some(frame) => frame,
-                        None => return Err(GatewayError::BodyTimeout),
-                    }
+            // The next frame, or `None` once the deadline has passed.
+            let frame = std::future::poll_fn(|cx| {
+                if let Poll::Ready(frame) = std::pin::Pin::new(&mut body).poll_frame(cx) {
+                    return Poll::Ready(Some(frame));
                 }
+                if sleep.is_none() {
+                    let now = Instant::now();
+                    started = Some(now);
+                    sleep.set(Some(tokio::time::sleep_until(
+                        now + self.allowance(received),
+                    )));
+                }
+                match sleep.as_mut().as_pin_mut() {
+                    Some(timer) => timer.poll(cx).map(|()| None),
+                    None => Poll::Pending,
+                }
+            })
+            .await;
+            let Some(frame) = frame else {
+                return Err(GatewayError::BodyTimeout);
             };
             let data = match frame {
                 None => break,
