@@ -15,7 +15,7 @@ use crate::http;
 use crate::listener::{ListenerLimits, ServerTls, fds};
 
 /// How long open connections may take to finish after shutdown begins.
-pub const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+pub use crate::config::DRAIN_DEADLINE;
 
 /// For the binary and the tests, which install it before building anything TLS.
 pub use crate::crypto::install_crypto_provider;

@@ -12,6 +12,9 @@ pub(super) const DEFAULT_MAX_BODY: u64 = 4 << 20;
 pub(super) const DEFAULT_MAX_SESSION_PROCESSES: u64 = 256;
 /// Default `max_upstream_message`.
 pub(super) const DEFAULT_MAX_UPSTREAM_MESSAGE: u64 = 16 << 20;
+/// How long a stopping replica gives open connections and requests to finish (from SIGTERM);
+/// `drain_grace` lies within it.
+pub const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 
 /// How request bodies are read: every body goes through one reader (`listener::body`).
 #[derive(Debug, Clone, PartialEq)]
@@ -51,6 +54,12 @@ pub struct ConnectionLimits {
     pub http2_max_concurrent_streams: u32,
     /// HTTP/2 keep-alive PING interval (default 30s); no answer within 20s closes.
     pub http2_keep_alive_interval: Duration,
+    /// Once shutdown begins, an HTTP/1.1 connection stays open until it has had no request
+    /// in flight for this long (default 5s, at most the 10s drain deadline; 0s: closed as
+    /// soon as it is idle), and what comes on it meanwhile is served with `Connection:
+    /// close`: a busy client learns from an answer that the connection ends instead of
+    /// sending a request into one being closed. HTTP/2 connections get a GOAWAY at once.
+    pub drain_grace: Duration,
 }
 
 impl Default for BodyLimits {
@@ -74,6 +83,7 @@ impl Default for ConnectionLimits {
             max_headers: 100,
             http2_max_concurrent_streams: 100,
             http2_keep_alive_interval: Duration::from_secs(30),
+            drain_grace: Duration::from_secs(5),
         }
     }
 }

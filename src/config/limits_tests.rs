@@ -38,6 +38,7 @@ fn an_absent_section_means_the_documented_defaults() {
     assert_eq!(c.max_headers, 100);
     assert_eq!(c.http2_max_concurrent_streams, 100);
     assert_eq!(c.http2_keep_alive_interval, Duration::from_secs(30));
+    assert_eq!(c.drain_grace, Duration::from_secs(5));
 }
 
 #[test]
@@ -46,7 +47,7 @@ fn every_key_is_read() {
         "{body_read_timeout: 2s, min_body_rate: 0, max_buffered_bodies: 8MiB, \
          header_read_timeout: 500ms, idle_timeout: 5m, max_connections: 200, \
          max_connections_per_client: 7, max_header_bytes: 16KiB, max_headers: 40, \
-         http2_max_concurrent_streams: 4, http2_keep_alive_interval: 1m}",
+         http2_max_concurrent_streams: 4, http2_keep_alive_interval: 1m, drain_grace: 0s}",
     )
     .unwrap();
     assert_eq!(
@@ -68,6 +69,7 @@ fn every_key_is_read() {
             max_headers: 40,
             http2_max_concurrent_streams: 4,
             http2_keep_alive_interval: Duration::from_secs(60),
+            drain_grace: Duration::ZERO,
         }
     );
 }
@@ -90,6 +92,23 @@ fn out_of_range_values_are_reported_where_they_are_written() {
             "test.yaml:1:142: limits.max_headers: `max_headers` must be from 1 to 10000, got 0",
             "test.yaml:1:175: limits.http2_max_concurrent_streams: `http2_max_concurrent_streams` must be from 1 to 10000, got 100000",
             "test.yaml:1:202: limits.body_read_timeout: `body_read_timeout` must be greater than 0",
+        ]
+    );
+}
+
+#[test]
+fn the_drain_grace_lies_within_the_drain_deadline() {
+    assert_eq!(
+        parsed("{drain_grace: 10s}")
+            .unwrap()
+            .connections
+            .drain_grace,
+        Duration::from_secs(10)
+    );
+    assert_eq!(
+        parsed("{drain_grace: 11s}").unwrap_err(),
+        vec![
+            "test.yaml:1:23: limits.drain_grace: `drain_grace` must be at most 10s (the drain deadline), got 11s"
         ]
     );
 }

@@ -42,7 +42,7 @@ mod security_tests;
 mod tests;
 
 pub use error::{ConfigError, ConfigErrors};
-pub use limits::{BodyLimits, ConnectionLimits};
+pub use limits::{BodyLimits, ConnectionLimits, DRAIN_DEADLINE};
 pub use net::Cidr;
 pub use rules_security::glob;
 pub use tenant_limits::{

@@ -61,6 +61,7 @@ pub struct RawLimits {
     pub max_headers: Field<u64>,
     pub http2_max_concurrent_streams: Field<u64>,
     pub http2_keep_alive_interval: Field<Dur>,
+    pub drain_grace: Field<Dur>,
     pub max_session_processes: Field<u64>,
 }
 

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use super::raw::{Dur, Field, RawLimits, Size};
-use super::units::format_size;
+use super::units::{format_duration, format_size};
 use super::validate::Checker;
-use super::{BodyLimits, ConnectionLimits};
+use super::{BodyLimits, ConnectionLimits, DRAIN_DEADLINE};
 
 /// hyper's smallest HTTP/1.1 read buffer (`max_buf_size` panics below it); the request head
 /// must fit in that buffer, so this is also the smallest `max_header_bytes`.
@@ -103,6 +103,11 @@ pub(super) fn connections(
         d.http2_keep_alive_interval,
         "http2_keep_alive_interval",
     );
+    let drain_grace = drain_grace(
+        checker,
+        raw.map_or(&None, |r| &r.drain_grace),
+        d.drain_grace,
+    );
     let max_connections = match raw.and_then(|r| r.max_connections.as_ref()) {
         None => Some(None),
         Some(_) => count(
@@ -151,7 +156,31 @@ pub(super) fn connections(
         max_headers: max_headers?,
         http2_max_concurrent_streams: u32::try_from(streams?).ok()?,
         http2_keep_alive_interval: keep_alive?,
+        drain_grace: drain_grace?,
     })
+}
+
+/// `drain_grace`: from 0 to the drain deadline it lies within.
+fn drain_grace(
+    checker: &mut Checker<'_>,
+    field: &Field<Dur>,
+    default: Duration,
+) -> Option<Duration> {
+    let value = checker.duration(field, default, Duration::ZERO, "drain_grace")?;
+    if value > DRAIN_DEADLINE
+        && let Some(sp) = field
+    {
+        checker.error(
+            &sp.loc,
+            format!(
+                "`drain_grace` must be at most {} (the drain deadline), got {}",
+                format_duration(DRAIN_DEADLINE),
+                format_duration(value)
+            ),
+        );
+        return None;
+    }
+    Some(value)
 }
 
 /// A size field: its default when absent; `None` when invalid or outside `min..=max`.

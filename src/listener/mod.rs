@@ -1,6 +1,6 @@
 //! The accept loop: plain HTTP or TLS (`tls.rs`, certificates reloaded by `reload.rs`) in
 //! front of a [`Service`] (the MCP front, or an axum router), HTTP/1.1 and HTTP/2 per
-//! connection, no body in an answer to HEAD, graceful shutdown, and the connection-level
+//! connection, no body in an answer to HEAD, the drain at shutdown, and the connection-level
 //! limits: the caps (`admission.rs`, refusals in `refuse.rs`, the default cap derived from the
 //! descriptor limit in `fds.rs`), the header, idle and HTTP/2 bounds given to hyper, and the
 //! timers hyper lacks (`watchdog.rs`). The bounds on a request body (size, deadline and minimum
@@ -35,11 +35,10 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{HeaderValue, Method, Request, Response, header};
+use axum::http::{HeaderValue, Method, Request, Response, Version, header};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use prometheus::IntCounter;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
@@ -52,7 +51,7 @@ pub use tls::{CertError, ServerTls};
 
 use admission::{Admission, Refusal, Ticket};
 use refuse::Refuser;
-use watchdog::{Activity, Expiry, Tracked};
+use watchdog::{Activity, Expiry, Timeouts, Tracked, Watch};
 
 use crate::config::ConnectionLimits;
 
@@ -89,6 +88,8 @@ pub struct ListenerLimits {
     pub max_headers: usize,
     pub http2_max_concurrent_streams: u32,
     pub http2_keep_alive_interval: Duration,
+    /// Once shutdown begins, how long an HTTP/1.1 connection may stay idle.
+    pub drain_grace: Duration,
 }
 
 impl ListenerLimits {
@@ -104,16 +105,19 @@ impl ListenerLimits {
             max_headers: limits.max_headers,
             http2_max_concurrent_streams: limits.http2_max_concurrent_streams,
             http2_keep_alive_interval: limits.http2_keep_alive_interval,
+            drain_grace: limits.drain_grace,
         }
     }
 
     /// The admin listener's: the MCP listener's timeouts and header bounds, its own small cap
-    /// ([`ADMIN_MAX_CONNECTIONS`], not per client: probes come from few addresses).
+    /// ([`ADMIN_MAX_CONNECTIONS`], not per client: probes come from few addresses), and no
+    /// drain grace (probes and scrapes are retried).
     pub fn admin(limits: &ConnectionLimits) -> ListenerLimits {
         ListenerLimits {
             name: "admin",
             max_connections: ADMIN_MAX_CONNECTIONS,
             max_connections_per_client: ADMIN_MAX_CONNECTIONS,
+            drain_grace: Duration::ZERO,
             ..ListenerLimits::mcp(limits, ADMIN_MAX_CONNECTIONS)
         }
     }
@@ -157,6 +161,8 @@ impl Counters {
         match why {
             Expiry::Header => self.header_timeout.inc(),
             Expiry::Idle => self.idle_timeout.inc(),
+            // Not a timeout: the drain's normal end.
+            Expiry::Drained => {}
         }
     }
 }
@@ -237,9 +243,10 @@ impl Service for Router {
 }
 
 /// Accepts connections on `listener` and serves `service` on each (over TLS when `tls` is set)
-/// under `limits` until `shutdown` resolves; then stops accepting, asks open connections to
-/// finish (HTTP/1.1: after the request in progress; HTTP/2: GOAWAY) and returns once they all
-/// have. Dropping the returned future closes every remaining connection.
+/// under `limits` until `shutdown` resolves; then stops accepting, drains open connections
+/// (HTTP/1.1: served on with `Connection: close`, closed once idle for `drain_grace`; HTTP/2:
+/// GOAWAY) and returns once they all have closed. Dropping the returned future closes every
+/// remaining connection.
 ///
 /// Accept errors, handshake failures, connection errors and refusals never end the loop.
 pub async fn serve<S: Service>(
@@ -260,8 +267,8 @@ pub async fn serve<S: Service>(
     );
     let refuser = Refuser::default();
     let limits = Arc::new(limits);
-    let graceful = GracefulShutdown::new();
-    // Dropped when shutdown begins: connections still in the TLS handshake give up.
+    // Dropped when shutdown begins: connections still in the TLS handshake give up, the
+    // others drain.
     let (stop_tx, stop_rx) = watch::channel(());
     // Owns every connection task: dropping it (drain deadline) aborts them.
     let mut connections = JoinSet::new();
@@ -297,7 +304,6 @@ pub async fn serve<S: Service>(
                         builders: builders.clone(),
                         limits: limits.clone(),
                         counters: counters.clone(),
-                        watcher: graceful.watcher(),
                         stop: stop_rx.clone(),
                         remote,
                         accepted: Instant::now(),
@@ -321,7 +327,6 @@ pub async fn serve<S: Service>(
         open = connections.len(),
         "listener closed; draining connections"
     );
-    graceful.shutdown().await;
     while connections.join_next().await.is_some() {}
     Ok(())
 }
@@ -361,7 +366,7 @@ struct Connection<S> {
     builders: Arc<Builders>,
     limits: Arc<ListenerLimits>,
     counters: Arc<Counters>,
-    watcher: Watcher,
+    /// Changes (the sender is dropped) when shutdown begins.
     stop: watch::Receiver<()>,
     remote: SocketAddr,
     accepted: Instant,
@@ -414,37 +419,68 @@ impl<S: Service> Connection<S> {
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
             let in_flight = requests.begin();
             let head = req.method() == Method::HEAD;
+            let http1 = req.version() != Version::HTTP_2;
+            if !http1 {
+                requests.saw_http2();
+            }
             let call = inner.call(req.map(Body::new), info);
             async move {
                 let mut resp = call.await;
                 if head {
                     without_body(&mut resp);
                 }
+                if http1 && in_flight.draining() {
+                    // hyper closes the connection once this answer is written.
+                    resp.headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
                 Ok::<_, Infallible>(resp.map(|body| Tracked::new(body, in_flight)))
             }
         });
         let builder = self.builders.for_alpn(alpn);
-        let conn = self
-            .watcher
-            .watch(builder.serve_connection_with_upgrades(TokioIo::new(io), service));
-        let limits = &self.limits;
-        // Polled only when its timer fires, not on each of the connection's wake-ups.
-        let expired = woken::Woken::new(watchdog::expire(
+        let mut conn =
+            std::pin::pin!(builder.serve_connection_with_upgrades(TokioIo::new(io), service));
+        let limits = Timeouts {
+            header: self.limits.header_read_timeout,
+            idle: self.limits.idle_timeout,
+            drain_grace: self.limits.drain_grace,
+        };
+        // Polled only when its timer fires (or shutdown begins), not on each of the
+        // connection's wake-ups.
+        let mut watchdog = std::pin::pin!(woken::Woken::new(watchdog::watch(
             &activity,
-            limits.header_read_timeout,
-            limits.idle_timeout,
-        ));
-        tokio::select! {
-            ended = conn => if let Err(e) = ended {
-                if e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_timeout) {
-                    self.counters.expired(Expiry::Header);
+            limits,
+            Some(self.stop.clone())
+        )));
+        loop {
+            tokio::select! {
+                ended = conn.as_mut() => {
+                    if let Err(e) = ended {
+                        if e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_timeout) {
+                            self.counters.expired(Expiry::Header);
+                        }
+                        tracing::debug!(remote = %info.remote, tls, error = %e, "connection ended with an error");
+                    }
+                    break;
                 }
-                tracing::debug!(remote = %info.remote, tls, error = %e, "connection ended with an error");
-            },
-            // Dropping the connection closes it: nothing is in flight.
-            why = expired => {
-                self.counters.expired(why);
-                tracing::debug!(remote = %info.remote, tls, reason = why.label(), "connection closed");
+                watched = watchdog.as_mut() => match watched {
+                    // Dropping the connection closes it: nothing is in flight.
+                    Watch::Expired(why) => {
+                        self.counters.expired(why);
+                        tracing::debug!(remote = %info.remote, tls, reason = why.label(), "connection closed");
+                        break;
+                    }
+                    Watch::Drain => {
+                        activity.drain();
+                        // HTTP/1.1 has no way to announce its end but on an answer (closing
+                        // an idle connection races the client's next request); HTTP/2 has
+                        // GOAWAY, after which the client sends nothing new on it.
+                        if alpn == Some(b"h2") || activity.is_http2() {
+                            conn.as_mut().graceful_shutdown();
+                        }
+                        watchdog.set(woken::Woken::new(watchdog::watch(&activity, limits, None)));
+                    }
+                },
             }
         }
     }

@@ -39,6 +39,15 @@ fn router() -> Router {
         )
 }
 
+/// The default limits with `cap`, and no drain grace: these tests stop with their clients'
+/// connections open (the grace is tested with the whole gateway, `tests/it`).
+fn limits(cap: usize) -> ListenerLimits {
+    ListenerLimits {
+        drain_grace: Duration::ZERO,
+        ..ListenerLimits::mcp(&ConnectionLimits::default(), cap)
+    }
+}
+
 struct Server {
     addr: SocketAddr,
     stop: oneshot::Sender<()>,
@@ -50,7 +59,7 @@ struct Server {
 
 impl Server {
     async fn start(tls: bool) -> Server {
-        Server::start_with(tls, ListenerLimits::mcp(&ConnectionLimits::default(), 1000)).await
+        Server::start_with(tls, limits(1000)).await
     }
 
     async fn start_with(tls: bool, limits: ListenerLimits) -> Server {
@@ -195,7 +204,7 @@ async fn a_connection_stuck_in_the_handshake_does_not_hold_shutdown_up() {
 async fn a_tls_connection_over_the_cap_is_closed_without_an_answer() {
     let limits = ListenerLimits {
         max_connections_per_client: 1,
-        ..ListenerLimits::mcp(&ConnectionLimits::default(), 10)
+        ..limits(10)
     };
     let server = Server::start_with(true, limits).await;
     let client = server.client(true, false);
@@ -238,10 +247,11 @@ impl super::Service for Always {
 
 #[tokio::test]
 async fn answers_to_head_requests_have_no_body_over_http1_and_http2() {
+    crate::crypto::install_crypto_provider();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, rx) = oneshot::channel::<()>();
-    let limits = ListenerLimits::mcp(&ConnectionLimits::default(), 1000);
+    let limits = limits(1000);
     let task = tokio::spawn(serve(listener, Always, None, limits, async move {
         let _ = rx.await;
     }));

@@ -2,7 +2,8 @@
 //! `header_read_timeout` of accept (hyper's HTTP/1.1 header timer only starts once the
 //! protocol is known, so a client that sends nothing, or half of the HTTP/2 preface, would
 //! otherwise stay forever), and a connection with no request in flight is closed after
-//! `idle_timeout` (HTTP/2 has no such timer at all).
+//! `idle_timeout` (HTTP/2 has no such timer at all). Once shutdown begins (the watchdog
+//! reports it, [`Watch::Drain`]), the idle limit becomes `drain_grace`.
 //!
 //! A request is in flight from the moment the service is called until its response body is
 //! dropped: the body is wrapped in [`Tracked`] (a field, not a box: no allocation). The
@@ -16,7 +17,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::body::{Body, Frame, SizeHint};
+use tokio::sync::watch;
 use tokio::time::Instant;
+
+/// The shortest wait before a busy connection is looked at again.
+const BUSY_RECHECK: Duration = Duration::from_millis(50);
 
 /// What a connection has been doing, shared by its service (requests begin), its response
 /// bodies (requests end) and its watchdog.
@@ -28,6 +33,19 @@ pub struct Activity {
     in_flight: AtomicUsize,
     /// When `in_flight` last dropped to zero, in milliseconds after `accepted`.
     idle_since_ms: AtomicU64,
+    /// Shutdown has begun: HTTP/1.1 answers ask the client to close.
+    draining: AtomicBool,
+    /// A request came over HTTP/2 (the protocol of a connection without ALPN is detected).
+    http2: AtomicBool,
+}
+
+/// The watchdog's limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub header: Duration,
+    pub idle: Duration,
+    /// The idle limit once shutdown has begun (when shorter).
+    pub drain_grace: Duration,
 }
 
 /// Why the watchdog closed a connection.
@@ -37,6 +55,18 @@ pub enum Expiry {
     Header,
     /// No request in flight for `idle_timeout`.
     Idle,
+    /// Shutting down, and no request in flight for `drain_grace`.
+    Drained,
+}
+
+/// What the watchdog saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    /// The connection is to be closed.
+    Expired(Expiry),
+    /// Shutdown began: the connection drains (and is watched again, with [`watch`]'s `stop`
+    /// left out).
+    Drain,
 }
 
 impl Expiry {
@@ -45,6 +75,7 @@ impl Expiry {
         match self {
             Expiry::Header => "header_timeout",
             Expiry::Idle => "idle_timeout",
+            Expiry::Drained => "drained",
         }
     }
 }
@@ -60,7 +91,23 @@ impl Activity {
             started: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             idle_since_ms: AtomicU64::new(0),
+            draining: AtomicBool::new(false),
+            http2: AtomicBool::new(false),
         })
+    }
+
+    /// Shutdown has begun for this connection.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// A request came over HTTP/2.
+    pub fn saw_http2(&self) {
+        self.http2.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_http2(&self) -> bool {
+        self.http2.load(Ordering::Relaxed)
     }
 
     /// A request (its head complete) is handed to the service.
@@ -75,6 +122,13 @@ impl Activity {
     }
 }
 
+impl InFlight {
+    /// Shutdown has begun: the answer should close an HTTP/1.1 connection.
+    pub fn draining(&self) -> bool {
+        self.0.draining.load(Ordering::Acquire)
+    }
+}
+
 impl Drop for InFlight {
     fn drop(&mut self) {
         let activity = &self.0;
@@ -86,34 +140,54 @@ impl Drop for InFlight {
     }
 }
 
-/// Resolves when the connection has expired (and is to be closed); pending forever while
-/// it is busy. `header_timeout` counts from accept until the first request begins;
-/// `idle_timeout` from the end of the last request in flight.
-pub async fn expire(
+/// Resolves when the connection has expired (and is to be closed), or with
+/// [`Watch::Drain`] when `stop` (given while the listener runs) says shutdown began; pending
+/// forever while the connection is busy. `header` counts from accept until the first request
+/// begins; `idle` from the end of the last request in flight; without `stop` (draining) both
+/// are at most `drain_grace`.
+pub async fn watch(
     activity: &Activity,
-    header_timeout: Duration,
-    idle_timeout: Duration,
-) -> Expiry {
+    limits: Timeouts,
+    mut stop: Option<watch::Receiver<()>>,
+) -> Watch {
+    let (header_timeout, idle_timeout, header, idle) = match stop {
+        Some(_) => (limits.header, limits.idle, Expiry::Header, Expiry::Idle),
+        None => (
+            limits.header.min(limits.drain_grace),
+            limits.idle.min(limits.drain_grace),
+            Expiry::Drained,
+            Expiry::Drained,
+        ),
+    };
     loop {
         let now = Instant::now();
         let wake = if !activity.started.load(Ordering::Acquire) {
             let deadline = activity.accepted + header_timeout;
             if now >= deadline {
-                return Expiry::Header;
+                return Watch::Expired(header);
             }
             // Looked at again within an idle period, so a first request that comes and goes
             // early is not left idle until the header deadline.
             deadline.min(now + idle_timeout)
         } else if activity.in_flight.load(Ordering::Acquire) > 0 {
-            now + idle_timeout
+            // Looked at again later (an ending request does not wake the watchdog); not in a
+            // loop when the drain grace is zero.
+            now + idle_timeout.max(BUSY_RECHECK)
         } else {
             let deadline = activity.idle_since() + idle_timeout;
             if now >= deadline {
-                return Expiry::Idle;
+                return Watch::Expired(idle);
             }
             deadline
         };
-        tokio::time::sleep_until(wake).await;
+        match stop.as_mut() {
+            None => tokio::time::sleep_until(wake).await,
+            Some(stop) => tokio::select! {
+                () = tokio::time::sleep_until(wake) => {}
+                // Only ever Err: the sender is dropped when shutdown begins.
+                _ = stop.changed() => return Watch::Drain,
+            },
+        }
     }
 }
 
@@ -159,6 +233,104 @@ mod tests {
 
     const HEADER: Duration = Duration::from_secs(10);
     const IDLE: Duration = Duration::from_secs(3);
+    const GRACE: Duration = Duration::from_secs(2);
+    const LIMITS: Timeouts = Timeouts {
+        header: HEADER,
+        idle: IDLE,
+        drain_grace: GRACE,
+    };
+
+    /// The watchdog of a listener that is not shutting down.
+    async fn expire(activity: &Activity, header: Duration, idle: Duration) -> Expiry {
+        let (_running, stop) = watch::channel(());
+        let limits = Timeouts {
+            header,
+            idle,
+            drain_grace: GRACE,
+        };
+        match watch(activity, limits, Some(stop)).await {
+            Watch::Expired(why) => why,
+            Watch::Drain => panic!("no shutdown here"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_is_reported_at_once_whatever_the_timers() {
+        let activity = Activity::new(Instant::now());
+        let (running, stop) = watch::channel(());
+        let watchdog = tokio::spawn({
+            let activity = activity.clone();
+            async move { watch(&activity, LIMITS, Some(stop)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        drop(running);
+        assert_eq!(watchdog.await.expect("watchdog task"), Watch::Drain);
+        assert_eq!(activity.accepted.elapsed(), Duration::from_millis(700));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn draining_a_connection_idle_for_the_grace_closes_it_at_once() {
+        let activity = Activity::new(Instant::now());
+        drop(activity.begin());
+        tokio::time::sleep(GRACE).await;
+        let draining = Instant::now();
+        assert_eq!(
+            watch(&activity, LIMITS, None).await,
+            Watch::Expired(Expiry::Drained)
+        );
+        assert_eq!(draining.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_draining_connection_closes_once_idle_for_the_grace_not_the_idle_timeout() {
+        let activity = Activity::new(Instant::now());
+        let request = activity.begin();
+        let watchdog =
+            tokio::time::timeout(Duration::from_secs(600), watch(&activity, LIMITS, None));
+        assert!(watchdog.await.is_err(), "a request in flight is never cut");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let ended = Instant::now();
+        drop(request);
+        assert_eq!(
+            watch(&activity, LIMITS, None).await,
+            Watch::Expired(Expiry::Drained)
+        );
+        assert_eq!(ended.elapsed(), GRACE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_grace_a_busy_connection_is_closed_soon_after_its_request_ends() {
+        let limits = Timeouts {
+            drain_grace: Duration::ZERO,
+            ..LIMITS
+        };
+        let activity = Activity::new(Instant::now());
+        let request = activity.begin();
+        let watchdog = tokio::spawn({
+            let activity = activity.clone();
+            async move { watch(&activity, limits, None).await }
+        });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!watchdog.is_finished(), "a request in flight is never cut");
+        let ended = Instant::now();
+        drop(request);
+        let closed = tokio::time::timeout(Duration::from_secs(5), watchdog).await;
+        assert_eq!(
+            closed.expect("closed").expect("watchdog task"),
+            Watch::Expired(Expiry::Drained)
+        );
+        assert!(ended.elapsed() <= BUSY_RECHECK, "{:?}", ended.elapsed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_draining_connection_that_never_had_a_request_gets_the_grace() {
+        let activity = Activity::new(Instant::now());
+        assert_eq!(
+            watch(&activity, LIMITS, None).await,
+            Watch::Expired(Expiry::Drained)
+        );
+        assert_eq!(activity.accepted.elapsed(), GRACE);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_connection_without_a_request_expires_at_the_header_timeout() {

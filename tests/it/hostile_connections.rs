@@ -507,3 +507,99 @@ async fn http1_heads_over_the_size_or_header_count_get_431() {
     let few: String = (0..10).map(|i| format!("X-H{i}: v\r\n")).collect();
     assert_eq!(exchange(few).await, Some(200));
 }
+
+/// A stopping gateway (SIGTERM's path: `app::serve`'s shutdown) and its open connections:
+/// HTTP/2 gets a GOAWAY at once; an HTTP/1.1 connection stays open, and what comes on it is
+/// answered with `Connection: close` and the connection then closed; one left idle is closed
+/// once idle for `drain_grace`, not at once (closing it at once races the client's next
+/// request: the request would be lost unanswered); new connections are refused.
+#[tokio::test]
+async fn a_stopping_gateway_answers_open_connections_with_close_and_closes_them_once_idle() {
+    let grace = Duration::from_millis(1500);
+    let (gw, _admin) = start(|c| c.drain_grace = grace).await;
+    let addr = gw.addr;
+    let limit = Duration::from_secs(5);
+    let mut h1 = Vec::new();
+    for _ in 0..2 {
+        let mut tcp = connect(addr).await;
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .await
+            .expect("write");
+        let resp = read_response(&mut tcp, limit).await.expect("answer");
+        assert_eq!(resp.status, 200);
+        assert_eq!(
+            resp.header("connection"),
+            None,
+            "kept alive before the stop"
+        );
+        h1.push((tcp, Instant::now()));
+    }
+    let mut h2 = H2Conn::connect(addr).await;
+    let authority = addr.to_string();
+    h2.request(
+        1,
+        &h2raw::request_headers("GET", &authority, "/healthz", &[]),
+        true,
+    )
+    .await;
+    loop {
+        let frame = h2.next_frame().await.expect("the response");
+        if frame.stream == 1 && frame.ends_stream() {
+            break;
+        }
+    }
+
+    let stopping = Instant::now();
+    let stopped = tokio::spawn(gw.stop());
+    loop {
+        let frame = h2.next_frame().await.expect("a GOAWAY before the end");
+        if frame.kind == h2raw::GOAWAY {
+            assert_eq!(frame.error_code(), Some(0), "NO_ERROR");
+            break;
+        }
+    }
+    assert!(
+        stopping.elapsed() < Duration::from_secs(1),
+        "GOAWAY at once"
+    );
+    // The listener was closed before the connections were told.
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "new connections refused"
+    );
+
+    // A request on an open connection, 0.3 s into the drain: answered, then the end.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (mut used, _) = h1.remove(0);
+    let body = br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"drain","version":"1"}}}"#;
+    let head = format!(
+        "POST /t/a/mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    used.write_all(head.as_bytes()).await.expect("write head");
+    used.write_all(body).await.expect("write body");
+    let resp = read_response(&mut used, limit)
+        .await
+        .expect("a request sent during the drain is answered");
+    assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
+    assert_eq!(resp.header("connection"), Some("close"));
+    let answered = Instant::now();
+    let took = closed_after(&mut used, answered, limit)
+        .await
+        .expect("closed after the answer");
+    assert!(took < Duration::from_millis(500), "closed after {took:?}");
+
+    // The connection left idle: closed once idle for the grace.
+    let (mut idle, idle_since) = h1.remove(0);
+    let took = closed_after(&mut idle, idle_since, limit)
+        .await
+        .expect("the idle connection closed");
+    assert!(
+        took >= grace - Duration::from_millis(100) && took <= grace + Duration::from_secs(2),
+        "idle connection closed after {took:?}"
+    );
+    tokio::time::timeout(limit, stopped)
+        .await
+        .expect("stopped once every connection closed")
+        .expect("stop task");
+}

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use switchyard::config::{RedisConfig, Secret, StoreConfig};
+use switchyard::config::{ConnectionLimits, RedisConfig, Secret, StoreConfig};
 
 use crate::support::config::{config, http, tenant, upstream};
 use crate::support::gateway::TestGateway;
@@ -31,6 +31,9 @@ async fn rolling_restart_under_streamed_load_loses_and_duplicates_nothing() {
         timeout: Duration::from_millis(500),
         events: switchyard::config::EventDurability::Durable,
     });
+    // The production default: a client's keep-alive connection to a stopping replica is
+    // answered with `Connection: close`, not closed under its next request.
+    cfg.limits.connections.drain_grace = ConnectionLimits::default().drain_grace;
     crate::cluster::migrate(&cfg).await;
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let mut replicas = Vec::new();

@@ -120,6 +120,12 @@ pub fn config(tenants: Vec<TenantConfig>) -> Config {
         limits: Limits {
             max_body_bytes: 256 * 1024,
             max_upstream_message_bytes: 16 * 1024 * 1024,
+            // Stops at once: most tests stop a gateway with their client's connection still
+            // open. The drain grace's own tests (and the rolling restart) set it.
+            connections: ConnectionLimits {
+                drain_grace: Duration::ZERO,
+                ..ConnectionLimits::default()
+            },
             ..Limits::default()
         },
         sessions: SessionConfig {
