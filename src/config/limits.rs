@@ -37,8 +37,8 @@ pub struct ConnectionLimits {
     /// also from the end of a response to the next complete head (default 10s).
     pub header_read_timeout: Duration,
     /// A connection with no request in flight is closed after this (default 60s). HTTP/1.1
-    /// closes sooner when `header_read_timeout` is shorter (hyper's header timer runs while
-    /// the connection waits for its next request).
+    /// closes sooner when `header_read_timeout` is shorter (it also bounds the wait for the
+    /// next request head).
     pub idle_timeout: Duration,
     /// Connections open at once; `None`: derived at start from `RLIMIT_NOFILE` with a reserve
     /// of descriptors for everything else (`listener::fds`). Beyond: 503 and close.

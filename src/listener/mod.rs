@@ -81,7 +81,8 @@ pub struct ListenerLimits {
     pub name: &'static str,
     pub max_connections: usize,
     pub max_connections_per_client: usize,
-    /// From accept to the first request (TLS handshake included); HTTP/1.1: every head.
+    /// From accept to the first request (TLS handshake included); HTTP/1.1: also from the end
+    /// of each answer to the next head.
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_header_bytes: usize,
@@ -180,11 +181,11 @@ impl Builders {
         let mut auto = Builder::new(TokioExecutor::new());
         {
             let mut http1 = auto.http1();
-            // hyper's header timer starts when it waits for a request head: the first one
-            // (after protocol detection) and each next one on a keep-alive connection.
+            // No header timer of hyper's (it would box, register and drop a timer per
+            // request): the watchdog bounds the wait for every head, the first from accept
+            // and each next one from the end of the last answer.
             http1
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout)
+                .header_read_timeout(None)
                 // The head must fit hyper's read buffer: this bounds the request line and
                 // headers (431 beyond). hyper panics below 8 KiB; config refuses less.
                 .max_buf_size(limits.max_header_bytes.max(8 << 10));
@@ -414,6 +415,9 @@ impl<S: Service> Connection<S> {
             remote: self.remote,
         };
         let activity = Activity::new(self.accepted);
+        if alpn == Some(b"h2") {
+            activity.saw_http2();
+        }
         let inner = self.service;
         let requests = activity.clone();
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
@@ -456,9 +460,6 @@ impl<S: Service> Connection<S> {
             tokio::select! {
                 ended = conn.as_mut() => {
                     if let Err(e) = ended {
-                        if e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_timeout) {
-                            self.counters.expired(Expiry::Header);
-                        }
                         tracing::debug!(remote = %info.remote, tls, error = %e, "connection ended with an error");
                     }
                     break;
@@ -475,7 +476,7 @@ impl<S: Service> Connection<S> {
                         // HTTP/1.1 has no way to announce its end but on an answer (closing
                         // an idle connection races the client's next request); HTTP/2 has
                         // GOAWAY, after which the client sends nothing new on it.
-                        if alpn == Some(b"h2") || activity.is_http2() {
+                        if activity.is_http2() {
                             conn.as_mut().graceful_shutdown();
                         }
                         watchdog.set(woken::Woken::new(watchdog::watch(&activity, limits, None)));

@@ -1,8 +1,9 @@
-//! The per-connection timers hyper does not have: the first request must arrive within
-//! `header_read_timeout` of accept (hyper's HTTP/1.1 header timer only starts once the
-//! protocol is known, so a client that sends nothing, or half of the HTTP/2 preface, would
-//! otherwise stay forever), and a connection with no request in flight is closed after
-//! `idle_timeout` (HTTP/2 has no such timer at all). Once shutdown begins (the watchdog
+//! The per-connection timers (hyper's HTTP/1.1 header timer is not used: it costs a boxed,
+//! registered timer per request, and starts only once the protocol is known, so a client
+//! that sends nothing, or half of the HTTP/2 preface, would stay forever): the first request
+//! must arrive within `header_read_timeout` of accept, on HTTP/1.1 each next head within
+//! `header_read_timeout` of the last answer, and a connection with no request in flight is
+//! closed after `idle_timeout` (HTTP/2 has no such timer at all). Once shutdown begins (the watchdog
 //! reports it, [`Watch::Drain`]), the idle limit becomes `drain_grace`.
 //!
 //! A request is in flight from the moment the service is called until its response body is
@@ -51,7 +52,8 @@ pub struct Timeouts {
 /// Why the watchdog closed a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expiry {
-    /// No complete request within `header_read_timeout` of accept.
+    /// No complete request head within `header_read_timeout` of accept (HTTP/1.1: or of the
+    /// last answer).
     Header,
     /// No request in flight for `idle_timeout`.
     Idle,
@@ -143,8 +145,9 @@ impl Drop for InFlight {
 /// Resolves when the connection has expired (and is to be closed), or with
 /// [`Watch::Drain`] when `stop` (given while the listener runs) says shutdown began; pending
 /// forever while the connection is busy. `header` counts from accept until the first request
-/// begins; `idle` from the end of the last request in flight; without `stop` (draining) both
-/// are at most `drain_grace`.
+/// begins and, on HTTP/1.1, from the end of the last request in flight until the next; `idle`
+/// from the end of the last request in flight; without `stop` (draining) both are at most
+/// `drain_grace`.
 pub async fn watch(
     activity: &Activity,
     limits: Timeouts,
@@ -174,9 +177,16 @@ pub async fn watch(
             // loop when the drain grace is zero.
             now + idle_timeout.max(BUSY_RECHECK)
         } else {
-            let deadline = activity.idle_since() + idle_timeout;
+            // HTTP/1.1 waits for each next head as for the first, from the end of the last
+            // answer (HTTP/2 has streams, not heads, to wait for).
+            let (limit, why) = if header_timeout < idle_timeout && !activity.is_http2() {
+                (header_timeout, header)
+            } else {
+                (idle_timeout, idle)
+            };
+            let deadline = activity.idle_since() + limit;
             if now >= deadline {
-                return Watch::Expired(idle);
+                return Watch::Expired(why);
             }
             deadline
         };
@@ -251,6 +261,27 @@ mod tests {
         match watch(activity, limits, Some(stop)).await {
             Watch::Expired(why) => why,
             Watch::Drain => panic!("no shutdown here"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn http1_waits_for_each_next_head_as_for_the_first_http2_only_for_idle() {
+        let header = Duration::from_secs(1);
+        for http2 in [false, true] {
+            let activity = Activity::new(Instant::now());
+            if http2 {
+                activity.saw_http2();
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let request = activity.begin();
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            let answered = Instant::now();
+            drop(request);
+            let why = expire(&activity, header, IDLE).await;
+            match http2 {
+                false => assert_eq!((why, answered.elapsed()), (Expiry::Header, header)),
+                true => assert_eq!((why, answered.elapsed()), (Expiry::Idle, IDLE)),
+            }
         }
     }
 

@@ -115,9 +115,9 @@ async fn slowloris_header_blocks_are_closed_within_the_header_timeout_while_othe
     assert_eq!(client.request("tools/list", json!({})).await.status, 200);
 }
 
-/// What hyper's HTTP/1.1 header timer covers (hyper 1.12): the first head and the wait for
-/// each next one on a keep-alive connection; the watchdog covers what comes before hyper
-/// knows the protocol. Idle is long here, so only the header timeout can close.
+/// What the header timeout covers: silence from accept, a head never finished, and on a
+/// keep-alive HTTP/1.1 connection the wait for each next head from the end of the last
+/// answer. Idle is long here, so only the header timeout can close.
 #[tokio::test]
 async fn the_header_timeout_covers_silence_slow_heads_and_the_keep_alive_wait() {
     let timeout = Duration::from_millis(600);
@@ -131,6 +131,7 @@ async fn the_header_timeout_covers_silence_slow_heads_and_the_keep_alive_wait() 
         timeout - Duration::from_millis(100),
         timeout + Duration::from_secs(2),
     );
+    let timed_out_before = counter("mcp", "timed_out", "header_timeout");
 
     // Nothing sent.
     let started = Instant::now();
@@ -169,6 +170,7 @@ async fn the_header_timeout_covers_silence_slow_heads_and_the_keep_alive_wait() 
         .await
         .expect("closed");
     assert!(took >= early && took <= late, "keep-alive wait: {took:?}");
+    assert!(counter("mcp", "timed_out", "header_timeout") >= timed_out_before + 3);
 }
 
 #[tokio::test]
