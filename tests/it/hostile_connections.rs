@@ -45,6 +45,24 @@ async fn connect(addr: SocketAddr) -> TcpStream {
     TcpStream::connect(addr).await.expect("connect")
 }
 
+/// An HTTP/2 connection that has had one exchange (`GET /healthz` on stream 1, read to its end).
+async fn h2_healthz(addr: SocketAddr) -> H2Conn {
+    let mut h2 = H2Conn::connect(addr).await;
+    let authority = addr.to_string();
+    h2.request(
+        1,
+        &h2raw::request_headers("GET", &authority, "/healthz", &[]),
+        true,
+    )
+    .await;
+    loop {
+        let frame = h2.next_frame().await.expect("the response");
+        if frame.stream == 1 && frame.ends_stream() {
+            return h2;
+        }
+    }
+}
+
 fn counter(listener: &str, family: &str, reason: &str) -> u64 {
     let m = switchyard::metrics::get();
     let vec = match family {
@@ -202,20 +220,7 @@ async fn idle_connections_are_closed_after_the_idle_timeout_on_http1_and_http2()
         .expect("HTTP/1.1 closed");
     assert!(took >= early && took <= late, "HTTP/1.1 idle: {took:?}");
 
-    let mut h2 = H2Conn::connect(gw.addr).await;
-    let authority = gw.addr.to_string();
-    h2.request(
-        1,
-        &h2raw::request_headers("GET", &authority, "/healthz", &[]),
-        true,
-    )
-    .await;
-    loop {
-        let frame = h2.next_frame().await.expect("the response");
-        if frame.stream == 1 && frame.ends_stream() {
-            break;
-        }
-    }
+    let mut h2 = h2_healthz(gw.addr).await;
     let answered = Instant::now();
     let took = closed_after(&mut h2.tcp, answered, limit)
         .await
@@ -536,20 +541,7 @@ async fn a_stopping_gateway_answers_open_connections_with_close_and_closes_them_
         );
         h1.push((tcp, Instant::now()));
     }
-    let mut h2 = H2Conn::connect(addr).await;
-    let authority = addr.to_string();
-    h2.request(
-        1,
-        &h2raw::request_headers("GET", &authority, "/healthz", &[]),
-        true,
-    )
-    .await;
-    loop {
-        let frame = h2.next_frame().await.expect("the response");
-        if frame.stream == 1 && frame.ends_stream() {
-            break;
-        }
-    }
+    let mut h2 = h2_healthz(addr).await;
 
     let stopping = Instant::now();
     let stopped = tokio::spawn(gw.stop());
