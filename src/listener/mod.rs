@@ -454,7 +454,7 @@ impl<S: Service> Connection<S> {
         let mut watchdog = std::pin::pin!(woken::Woken::new(watchdog::watch(
             &activity,
             limits,
-            Some(self.stop.clone())
+            Some(self.stop)
         )));
         loop {
             tokio::select! {

@@ -3,8 +3,8 @@
 //! that sends nothing, or half of the HTTP/2 preface, would stay forever): the first request
 //! must arrive within `header_read_timeout` of accept, on HTTP/1.1 each next head within
 //! `header_read_timeout` of the last answer, and a connection with no request in flight is
-//! closed after `idle_timeout` (HTTP/2 has no such timer at all). Once shutdown begins (the watchdog
-//! reports it, [`Watch::Drain`]), the idle limit becomes `drain_grace`.
+//! closed after `idle_timeout` (HTTP/2 has no such timer at all). Once shutdown begins (the
+//! watchdog reports it, [`Watch::Drain`]), the idle limit becomes `drain_grace`.
 //!
 //! A request is in flight from the moment the service is called until its response body is
 //! dropped: the body is wrapped in [`Tracked`] (a field, not a box: no allocation). The
