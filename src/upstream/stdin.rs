@@ -1,6 +1,11 @@
 //! A stdio child's input: written by the tasks that send the messages, with a bounded queue
 //! and a flushing task only while the pipe is full.
 //!
+//! The pipe is registered with the runtime's I/O driver only while that task waits for it
+//! to drain: the writes themselves are non-blocking and need no registration, and one held
+//! for the child's whole life cost ~0.27 KB per process (with a process per session, per
+//! session).
+//!
 //! The common case (a message that fits in the pipe's free space) is one non-blocking write
 //! in the sender's own task: no channel, no writer task to wake and no buffer held between
 //! messages. One task writes at a time, outside the queue's lock: a sender that finds another
@@ -13,7 +18,8 @@
 //! line written or queued), so the newline framing holds whatever the senders do.
 
 use std::collections::VecDeque;
-use std::io::ErrorKind;
+use std::fs::File;
+use std::io::{ErrorKind, Write};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::{Buf, Bytes};
@@ -34,7 +40,8 @@ pub(super) enum StdinError {
 }
 
 pub(super) struct Stdin {
-    pipe: pipe::Sender,
+    /// The pipe's writing end, non-blocking.
+    pipe: File,
     queue: Mutex<Queue>,
     /// Woken when a full queue shrank (or the pipe broke): senders waiting for room.
     room: Notify,
@@ -67,13 +74,14 @@ enum Wrote {
 }
 
 impl Stdin {
-    pub(super) fn new(pipe: pipe::Sender, limit: usize) -> Arc<Stdin> {
-        Arc::new(Stdin {
-            pipe,
+    /// Takes the pipe out of the I/O driver (it stays non-blocking).
+    pub(super) fn new(pipe: pipe::Sender, limit: usize) -> std::io::Result<Arc<Stdin>> {
+        Ok(Arc::new(Stdin {
+            pipe: File::from(pipe.into_nonblocking_fd()?),
             queue: Mutex::new(Queue::default()),
             room: Notify::new(),
             limit: limit.max(1),
-        })
+        }))
     }
 
     /// Writes one message (already framed), or queues it behind the one being written.
@@ -137,7 +145,7 @@ impl Stdin {
     /// The task that writes: its own message, then (a few of) those queued meanwhile.
     fn write_as_writer(self: &Arc<Self>, mut message: Bytes) -> Result<(), StdinError> {
         for written in 0..=INLINE_WRITES {
-            match self.write_one(message) {
+            match self.write_one(message, |b| (&self.pipe).write(b)) {
                 Wrote::All => {}
                 Wrote::Part(rest) => {
                     self.hand_over(Some(rest));
@@ -174,11 +182,15 @@ impl Stdin {
         Ok(())
     }
 
-    /// Writes what the pipe takes now, outside the queue's lock (only the writing task calls
-    /// it).
-    fn write_one(&self, mut message: Bytes) -> Wrote {
+    /// Writes what the pipe takes now with `write`, outside the queue's lock (only the
+    /// writing task calls it).
+    fn write_one(
+        &self,
+        mut message: Bytes,
+        write: impl Fn(&[u8]) -> std::io::Result<usize>,
+    ) -> Wrote {
         while !message.is_empty() {
-            match self.pipe.try_write(&message) {
+            match write(&message) {
                 Ok(n) => message.advance(n),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Wrote::Part(message),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -236,14 +248,21 @@ impl Stdin {
 }
 
 /// Writes the queue out as the pipe becomes writable; ends once it is empty or the pipe broke.
+/// The pipe is registered with the I/O driver for as long as this runs.
 async fn flush(stdin: Arc<Stdin>) {
+    // A second descriptor of the pipe, registered (and written through: a write that finds
+    // the pipe full clears its readiness) until this ends.
+    let Ok(pipe) = stdin.pipe.try_clone().and_then(pipe::Sender::from_file) else {
+        stdin.break_off();
+        return;
+    };
     loop {
-        if stdin.pipe.writable().await.is_err() {
+        if pipe.writable().await.is_err() {
             stdin.break_off();
             return;
         }
         while let Some(next) = stdin.next_queued() {
-            match stdin.write_one(next) {
+            match stdin.write_one(next, |b| pipe.try_write(b)) {
                 Wrote::All => {}
                 Wrote::Part(rest) => {
                     stdin.lock().waiting.push_front(rest);
@@ -276,7 +295,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn messages_arrive_whole_and_in_order_through_a_full_pipe() {
         let (tx, mut rx) = pipe::pipe().unwrap();
-        let stdin = Stdin::new(tx, 4);
+        let stdin = Stdin::new(tx, 4).unwrap();
         let line = |sender: usize, i: usize| {
             let mut m = format!("{sender}:{i}:").into_bytes();
             m.resize(m.len() + 20_000 + i * 7, b'x');
@@ -349,7 +368,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_senders_never_lose_or_interleave_messages() {
         let (tx, mut rx) = pipe::pipe().unwrap();
-        let stdin = Stdin::new(tx, 1024);
+        let stdin = Stdin::new(tx, 1024).unwrap();
         const SENDERS: usize = 8;
         const EACH: usize = 2000;
         let reader = tokio::spawn(async move {
@@ -409,7 +428,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_child_that_never_reads_refuses_senders_after_their_wait() {
         let (tx, _rx) = pipe::pipe().unwrap();
-        let stdin = Stdin::new(tx, 3);
+        let stdin = Stdin::new(tx, 3).unwrap();
         let wait = Duration::from_secs(5);
         // Fill the pipe, then the queue: the flushing task gets its turns in between, so
         // messages stay queued only once the pipe holds no more.
@@ -441,7 +460,7 @@ mod tests {
     #[tokio::test]
     async fn a_closed_reader_fails_senders() {
         let (tx, rx) = pipe::pipe().unwrap();
-        let stdin = Stdin::new(tx, 2);
+        let stdin = Stdin::new(tx, 2).unwrap();
         drop(rx);
         let mut failed = false;
         for _ in 0..10 {

@@ -3,7 +3,8 @@
 //! `Last-Event-ID`, still gets the response; an upstream's requests for capabilities the
 //! client did not declare are answered with an error to the upstream and never forwarded;
 //! the requests waiting for the client are bounded and expire; a GET stream waits for the
-//! handshake and is capped per session; upstream stderr cannot forge log lines.
+//! handshake and is capped per session; upstream stderr cannot forge log lines; a grandchild
+//! cannot keep a dead child's output read.
 
 use std::time::{Duration, Instant};
 
@@ -597,4 +598,109 @@ async fn upstream_stderr_is_escaped_in_json_logs_too() {
         entry["message"],
         r"innocent\r2099-01-01T00:00:00Z  INFO switchyard: forged line\0after\u{1b}[2J"
     );
+}
+
+/// A stdio server that leaves a grandchild behind on its stderr: the grandchild writes a line
+/// naming itself and its parent every 50 ms (for at most 20 s), and the server exits with
+/// status 3 at its first tool call.
+const LEAVES_A_GRANDCHILD: &str = r#"
+import json, os, subprocess, sys
+subprocess.Popen(["sh", "-c", "for i in $(seq 1 400); do echo \"grandchild $$ of %d\" >&2; sleep 0.05; done" % os.getpid()])
+for line in sys.stdin:
+    msg = json.loads(line)
+    method = msg.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "leaves-a-grandchild", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "exit", "inputSchema": {"type": "object"}}]}
+    elif method == "tools/call":
+        sys.exit(3)
+    else:
+        continue
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+"#;
+
+/// The lines of `logs` a grandchild of `parent` wrote, and the grandchild's pid.
+fn grandchild_lines(logs: &str, parent: &str) -> (usize, Option<u32>) {
+    let suffix = format!(" of {parent}");
+    let lines: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("grandchild ") && l.trim_end().ends_with(&suffix))
+        .collect();
+    let pid = lines.first().and_then(|l| {
+        let rest = &l[l.find("grandchild ")? + "grandchild ".len()..];
+        rest.split(' ').next()?.parse().ok()
+    });
+    (lines.len(), pid)
+}
+
+/// A child that exits and leaves a grandchild writing to its pipes: what the child wrote
+/// is still read, but its output is read for at most a second after the exit (then the pipes
+/// are closed: the grandchild's next write fails, and the gateway holds nothing of the old
+/// process while the new one runs). Before, a reader kept the pipes for the grandchild's life.
+#[tokio::test]
+async fn a_grandchild_cannot_hold_a_dead_childs_output_open() {
+    let dir = TempDir::new("floods-grandchild");
+    let script = dir.0.join("server.py");
+    std::fs::write(&script, LEAVES_A_GRANDCHILD).expect("write the server");
+    let python = crate::support::peers::python().display().to_string();
+    let yaml = format!(
+        "tenants:\n\
+         \x20 - name: f\n\
+         \x20   upstreams:\n\
+         \x20     - {{name: leaves, stdio: {{command: \"{python}\", args: [\"{}\"]}}}}\n",
+        script.display()
+    );
+    let gw = GatewayProcess::start(&yaml, &dir, "grandchild").await;
+    let mut c = RawClient::new(gw.url("f"));
+    c.initialize().await;
+    let parent = {
+        let mut parent = None;
+        let found = eventually(Duration::from_secs(10), || {
+            parent = gw
+                .logs()
+                .lines()
+                .find_map(|l| {
+                    l.trim_end()
+                        .rsplit_once("grandchild ")
+                        .map(|(_, r)| r.to_owned())
+                })
+                .and_then(|r| r.rsplit_once(" of ").map(|(_, p)| p.to_owned()));
+            parent.is_some()
+        })
+        .await;
+        assert!(found, "the grandchild's stderr was logged: {}", gw.logs());
+        parent.unwrap_or_default()
+    };
+    let r = c.call_tool("leaves__exit", json!({})).await;
+    let message = r.last()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(message.contains("exited with status 3"), "{r:?}");
+    let exited = Instant::now();
+
+    // Read for at most a second after the exit (and the log's 50 ms batches): after that,
+    // no more of the grandchild's lines, although it would write for 20 s.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let (settled, grandchild) = grandchild_lines(&gw.logs(), &parent);
+    let grandchild = grandchild.expect("the grandchild's pid");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (later, _) = grandchild_lines(&gw.logs(), &parent);
+    assert!(settled > 0);
+    assert_eq!(
+        later,
+        settled,
+        "the dead child's pipes were still read {:?} after it exited",
+        exited.elapsed()
+    );
+    // Its pipes closed, the grandchild's next write fails and it ends.
+    let gone = eventually(Duration::from_secs(5), || {
+        crate::support::process_gone(grandchild)
+    })
+    .await;
+    assert!(gone, "the grandchild still writes into a pipe nobody reads");
+    gw.stop().await;
 }
