@@ -26,6 +26,7 @@ pub mod store;
 pub mod telemetry;
 pub mod tenant;
 pub mod upstream;
+pub mod woken;
 
 #[cfg(test)]
 mod tidy;

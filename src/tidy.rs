@@ -27,7 +27,7 @@ const LAYERS: &[&[&str]] = &[
     &["signing", "store"],
     &["error"],
     &["protocol"],
-    &["jsonrpc", "config", "metrics", "crypto", "clock"],
+    &["jsonrpc", "config", "metrics", "crypto", "clock", "woken"],
 ];
 
 /// Crate-root files that are no layer's: the crate roots and this test.

@@ -19,7 +19,6 @@ pub mod reload;
 mod repoll;
 pub mod tls;
 mod watchdog;
-mod woken;
 
 #[cfg(test)]
 mod serve_tests;
@@ -451,7 +450,7 @@ impl<S: Service> Connection<S> {
         };
         // Polled only when its timer fires (or shutdown begins), not on each of the
         // connection's wake-ups.
-        let mut watchdog = std::pin::pin!(woken::Woken::new(watchdog::watch(
+        let mut watchdog = std::pin::pin!(crate::woken::Woken::new(watchdog::watch(
             &activity,
             limits,
             Some(self.stop)
@@ -479,7 +478,7 @@ impl<S: Service> Connection<S> {
                         if activity.is_http2() {
                             conn.as_mut().graceful_shutdown();
                         }
-                        watchdog.set(woken::Woken::new(watchdog::watch(&activity, limits, None)));
+                        watchdog.set(crate::woken::Woken::new(watchdog::watch(&activity, limits, None)));
                     }
                 },
             }

@@ -19,6 +19,7 @@ use super::handshake;
 use super::stdin::{Stdin, StdinError};
 use crate::config::StdioConfig;
 use crate::error::GatewayError;
+use crate::woken::Woken;
 
 /// Variables a child inherits from the gateway by default; everything else must be listed in
 /// `inherit_env` or set in `env`, so the gateway's own secrets never leak into upstreams.
@@ -384,7 +385,6 @@ async fn run_once(
     let mut reader = Reader {
         reading,
         done: false,
-        step: Arc::default(),
     };
     let pid = running.child.id().unwrap_or(0);
     let handshake = Box::pin(handshake(
@@ -539,62 +539,21 @@ struct Reader<'a, R> {
     reading: std::pin::Pin<&'a mut R>,
     /// Both pipes ended.
     done: bool,
-    /// The waker the step beside the reading is polled with.
-    step: Arc<StepWaker>,
-}
-
-/// Wakes the task for the step beside the reading and notes that it was woken: the task's
-/// turns for the output (one per message from the child) then leave the step unpolled
-/// (polling the wait for the child's exit and the link's close on each cost ~0.7 % more
-/// instructions per forwarded call).
-struct StepWaker {
-    woken: AtomicBool,
-    task: Mutex<Option<std::task::Waker>>,
-}
-
-impl Default for StepWaker {
-    fn default() -> Self {
-        StepWaker {
-            // A step is polled once before anything can wake it.
-            woken: AtomicBool::new(true),
-            task: Mutex::new(None),
-        }
-    }
-}
-
-impl std::task::Wake for StepWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::Release);
-        if let Some(task) = self.task.lock().ok().as_deref().and_then(Option::as_ref) {
-            task.wake_by_ref();
-        }
-    }
 }
 
 impl<R: Future<Output = ()>> Reader<'_, R> {
     /// Runs `step` while reading the output (the lines a handshake waits for, or a stopping
     /// child's last words: a child blocked on a full pipe would never exit). `step` is pinned
     /// by the caller (an `async fn` would keep it twice: as its argument and pinned), and
-    /// polled only when woken for itself.
-    fn beside<F: Future + Unpin>(&mut self, mut step: F) -> impl Future<Output = F::Output> {
-        self.step.woken.store(true, Ordering::Release);
+    /// polled only when woken for itself ([`Woken`]): the task's turns for the output, one
+    /// per message from the child, polling the wait for its exit and the link's close cost
+    /// ~0.7 % more instructions per forwarded call.
+    fn beside<F: Future + Unpin>(&mut self, step: F) -> impl Future<Output = F::Output> {
+        let mut step = Woken::new(step);
         std::future::poll_fn(move |cx| {
             // The output first: a handshake's answer is then seen in the same turn.
             self.poll_read(cx);
-            if !self.step.woken.swap(false, Ordering::AcqRel) {
-                return std::task::Poll::Pending;
-            }
-            if let Ok(mut task) = self.step.task.lock()
-                && !task.as_ref().is_some_and(|t| t.will_wake(cx.waker()))
-            {
-                *task = Some(cx.waker().clone());
-            }
-            let waker = std::task::Waker::from(self.step.clone());
-            std::pin::Pin::new(&mut step).poll(&mut std::task::Context::from_waker(&waker))
+            std::pin::Pin::new(&mut step).poll(cx)
         })
     }
 

@@ -2,7 +2,9 @@
 //! its connection and its watchdog (a timer that fires rarely); every wake-up of the task for
 //! the connection (about three per request) polled the watchdog's timer again, ~110
 //! instructions each for nothing. Wrapped, the watchdog is given a waker of its own, which
-//! marks it woken and wakes the task: between its wake-ups, a poll of it is a flag test.
+//! marks it woken and wakes the task: between its wake-ups, a poll of it is a flag test. The
+//! task that runs a stdio child does the same with the wait for the child's exit beside the
+//! reading of its output (one wake-up per message from the child).
 
 use std::future::Future;
 use std::pin::Pin;
