@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Memory per idle session, for each upstream kind and each store: starts the release gateway
 # (in-memory store, then Redis on a private redis-server) in front of one upstream of the kind,
-# opens N sessions with sy-load, and prints one JSON report per kind and store.
+# opens N sessions with sy-load after a warm-up, and prints one JSON report per kind and store.
 #
 #   bash loadtest/sessions.sh [N]      (default 10000)
+#
+# The figure is what one more session costs: the N are opened after WARMUP sessions (default
+# half as many as measured), so what a replica sets up once (allocator pages of each size,
+# tables, code paged in) is not spread over them. WARMUP=32 gives the growth from a nearly
+# fresh replica instead (the figures of the rounds before 2026-11-29).
 #
 # Upstream kinds (KINDS='<kinds>' picks some, default all):
 #   stdio-shared       the demo server as one stdio process shared by every session
@@ -66,14 +71,15 @@ run_one() { # $1 = kind, $2 = store label, $3 = store YAML, $4.. = extra sy-load
     local kind="$1" label="$2" store="$3"; shift 3
     local port n="$N" up; port="$(free_port)"
     [[ "$kind" == stdio-per-session ]] && n="$PROCESS_N"
+    local warm="${WARMUP:-$((n / 2))}"
     up="$(upstream "$kind")"
-    config "$port" "$store" "$up" "$n" >"$WORK/$kind-$label.yaml"
+    config "$port" "$store" "$up" "$((n + warm))" >"$WORK/$kind-$label.yaml"
     if [[ "$label" != memory ]]; then "$GW" migrate --config "$WORK/$kind-$label.yaml" >&2; fi
     RUST_LOG=warn "$GW" run --config "$WORK/$kind-$label.yaml" --reload-poll 0 2>"$WORK/$kind-$label.log" &
     local gw=$!; PIDS+=("$gw")
     wait_port "$port"
-    echo "== $kind, $label store: $n sessions" >&2
-    "$LOAD" sessions --url "http://127.0.0.1:$port/t/load/mcp" --count "$n" --pid "$gw" "$@" \
+    echo "== $kind, $label store: $n sessions after $warm" >&2
+    "$LOAD" sessions --url "http://127.0.0.1:$port/t/load/mcp" --count "$n" --warmup "$warm" --pid "$gw" "$@" \
         | python3 -c "import json,sys; r=json.load(sys.stdin); r['upstream']='$kind'; r['store']='$label'; print(json.dumps(r))"
     kill "$gw"; wait "$gw" 2>/dev/null || true
 }

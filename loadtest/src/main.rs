@@ -1,12 +1,14 @@
 //! `sy-load`: drives a running Switchyard gateway over real HTTP and reports what it measured as
 //! one JSON object on stdout.
 //!
-//! `sy-load sessions --url U --count N [--pid P] [--redis R --prefix X]` opens N sessions
-//! (initialize + notifications/initialized), leaves them idle, and reports the gateway's
-//! resident memory growth per session (from /proc/P/status), that of its child processes
-//! apart (proportional set size: per-session upstream processes are their own cost), and, with
-//! `--redis`, the Redis memory and keys added per session (INFO memory, key count under the
-//! prefix).
+//! `sy-load sessions --url U --count N [--warmup W] [--pid P] [--redis R --prefix X]` opens W
+//! sessions first (default: as many as the concurrency), then N more (initialize +
+//! notifications/initialized), leaves them idle, and reports what the N added: the gateway's
+//! resident memory per session (from /proc/P/status), that of its child processes apart
+//! (proportional set size: per-session upstream processes are their own cost), and, with
+//! `--redis`, the Redis memory and keys per session (INFO memory, key count under the prefix).
+//! Opened after W, the N show what one more session costs: a replica's first sessions also
+//! pay for what is set up once (allocator pages of each size, tables, code paged in).
 //!
 //! `sy-load calls --url U --sessions N --seconds S [--rate R] [--tool T --arguments JSON]
 //! [--progress]` runs N sessions calling a tool (see `calls.rs`) and reports throughput,
@@ -179,6 +181,9 @@ enum Command {
         url: String,
         #[arg(long, default_value_t = 10_000)]
         count: usize,
+        /// Sessions opened before the baseline (default: the concurrency).
+        #[arg(long)]
+        warmup: Option<usize>,
         /// Concurrent clients while opening sessions.
         #[arg(long, default_value_t = 32)]
         concurrency: usize,
@@ -250,11 +255,19 @@ async fn main() -> std::process::ExitCode {
         Command::Sessions {
             url,
             count,
+            warmup,
             concurrency,
             pid,
             redis,
             prefix,
-        } => sessions(&url, count, concurrency, pid, redis.as_deref(), &prefix).await,
+        } => {
+            let opening = Opening {
+                count,
+                warmup: warmup.unwrap_or(concurrency),
+                concurrency: concurrency.max(1),
+            };
+            sessions(&url, opening, pid, redis.as_deref(), &prefix).await
+        }
         Command::Slowloris {
             addr,
             count,
@@ -488,23 +501,67 @@ async fn open_session_on(
     Ok(id)
 }
 
+/// How many sessions `sy-load sessions` opens, and how.
+struct Opening {
+    /// Measured: opened after the warm-up.
+    count: usize,
+    /// Opened before the baseline.
+    warmup: usize,
+    concurrency: usize,
+}
+
+/// Opens `n` sessions, `concurrency` at a time; an error names how many failed and the first.
+async fn open_sessions(
+    http: &reqwest::Client,
+    url: &str,
+    n: usize,
+    concurrency: usize,
+) -> Result<(), String> {
+    let failures = Arc::new(AtomicUsize::new(0));
+    let first_error = Arc::new(std::sync::Mutex::new(None::<String>));
+    futures_util::stream::iter(0..n)
+        .for_each_concurrent(concurrency, |_| {
+            let (failures, first_error) = (failures.clone(), first_error.clone());
+            async move {
+                if let Err(e) = open_session(http, url).await {
+                    failures.fetch_add(1, Ordering::Relaxed);
+                    if let Ok(mut f) = first_error.lock() {
+                        f.get_or_insert(e);
+                    }
+                }
+            }
+        })
+        .await;
+    match failures.load(Ordering::Relaxed) {
+        0 => Ok(()),
+        failed => {
+            let e = first_error.lock().ok().and_then(|f| f.clone());
+            Err(format!("{failed} of {n} sessions failed; first: {e:?}"))
+        }
+    }
+}
+
 async fn sessions(
     url: &str,
-    count: usize,
-    concurrency: usize,
+    opening: Opening,
     pid: Option<u32>,
     redis: Option<&str>,
     prefix: &str,
 ) -> Result<Value, String> {
+    let Opening {
+        count,
+        warmup,
+        concurrency,
+    } = opening;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .pool_max_idle_per_host(concurrency)
         .build()
         .map_err(|e| e.to_string())?;
-    // Warm up (connections, allocator arenas, lazily built state) before the baseline.
-    for _ in 0..concurrency.min(count) {
-        open_session(&http, url).await?;
-    }
+    // Warm up (connections, allocator pages, lazily built state) before the baseline.
+    open_sessions(&http, url, warmup, concurrency)
+        .await
+        .map_err(|e| format!("warm-up: {e}"))?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_before = pid.map(rss_bytes).transpose()?;
     let children_before = pid.map(children_pss_bytes);
@@ -518,33 +575,14 @@ async fn sessions(
     };
 
     let started = Instant::now();
-    let failures = Arc::new(AtomicUsize::new(0));
-    let first_error = Arc::new(std::sync::Mutex::new(None::<String>));
-    futures_util::stream::iter(0..count)
-        .for_each_concurrent(concurrency, |_| {
-            let (http, failures, first_error) =
-                (http.clone(), failures.clone(), first_error.clone());
-            async move {
-                if let Err(e) = open_session(&http, url).await {
-                    failures.fetch_add(1, Ordering::Relaxed);
-                    if let Ok(mut f) = first_error.lock() {
-                        f.get_or_insert(e);
-                    }
-                }
-            }
-        })
-        .await;
+    open_sessions(&http, url, count, concurrency).await?;
     let elapsed = started.elapsed();
-    let failed = failures.load(Ordering::Relaxed);
-    if failed > 0 {
-        let e = first_error.lock().ok().and_then(|f| f.clone());
-        return Err(format!("{failed} of {count} sessions failed; first: {e:?}"));
-    }
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let mut report = json!({
         "scenario": "idle sessions",
         "sessions": count,
+        "opened_before": warmup,
         "concurrency": concurrency,
         "seconds": elapsed.as_secs_f64(),
         "sessions_per_second": count as f64 / elapsed.as_secs_f64(),
