@@ -220,7 +220,12 @@ impl LiveSession {
     /// Places reserved at `initialize` for the session's per-session processes.
     pub fn reserve_processes(&self, permits: Vec<ProcessPermit>) {
         if let Ok(mut p) = self.processes.lock() {
-            p.reserved.extend(permits);
+            if p.reserved.is_empty() {
+                // Kept as given (sized to the permits), not grown to four places.
+                p.reserved = permits;
+            } else {
+                p.reserved.extend(permits);
+            }
         }
     }
 
@@ -232,6 +237,10 @@ impl LiveSession {
             .lock()
             .map_err(|_| crate::error::GatewayError::Internal)?;
         if let Some(permit) = p.reserved.pop() {
+            if p.reserved.is_empty() {
+                // The session may live long after its processes started: no empty allocation.
+                p.reserved = Vec::new();
+            }
             return Ok(Some(permit));
         }
         match &p.source {
@@ -480,6 +489,9 @@ impl LiveSession {
         let i = match links.iter().position(|l| l.upstream == upstream) {
             Some(i) => i,
             None => {
+                // One slot more, not four: most sessions use one upstream or a few, and grow
+                // by one only when they first use another (48 bytes a slot).
+                links.reserve_exact(1);
                 links.push(LinkSlot {
                     upstream,
                     conn: None,
@@ -701,6 +713,25 @@ mod tests {
         assert_eq!(kept, MAX_RECORDED_SUBSCRIPTIONS);
         let restored = LiveSession::from_record(s.key.clone(), s.record(), Arc::new(Bus::local()));
         assert_eq!(restored.subscriptions("u0"), s.subscriptions("u0"));
+    }
+
+    /// A session keeps one link slot per upstream it used (48 bytes each), not room for four
+    /// from the first: most sessions use one upstream or a few, for as long as they live.
+    #[test]
+    fn link_slots_grow_one_at_a_time() {
+        let s = session();
+        let (a, b) = (UpstreamId::fresh(), UpstreamId::fresh());
+        assert!(s.connect_lock(a).is_some());
+        assert_eq!(s.links.lock().unwrap().capacity(), 1);
+        let again = s.connect_lock(a).unwrap();
+        assert!(
+            Arc::ptr_eq(&again, &s.connect_lock(a).unwrap()),
+            "one slot per upstream"
+        );
+        assert_eq!(s.links.lock().unwrap().len(), 1);
+        assert!(s.connect_lock(b).is_some());
+        let links = s.links.lock().unwrap();
+        assert_eq!((links.len(), links.capacity()), (2, 2));
     }
 
     #[test]

@@ -111,6 +111,12 @@ impl UpstreamId {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         UpstreamId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
     }
+
+    /// A fresh identity for a test that needs one without building an upstream.
+    #[cfg(test)]
+    pub(crate) fn fresh() -> UpstreamId {
+        UpstreamId::next()
+    }
 }
 
 /// How a tenant joins upstream names to the identifiers of their items.
