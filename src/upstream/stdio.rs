@@ -273,61 +273,69 @@ fn link(conn: &Connection) -> &StdioLink {
 }
 
 /// The supervisor: one child at a time, restarted with exponential backoff until closed.
-async fn supervise(conn: Weak<Connection>, init_timeout: Duration, max_line: usize) {
-    let (closing, name, initial, max_backoff) = {
-        let Some(c) = conn.upgrade() else { return };
-        let l = link(&c);
-        (
-            l.closing.clone(),
-            c.info.name.clone(),
-            l.config.restart.initial_backoff,
-            l.config.restart.max_backoff,
-        )
-    };
-    let mut backoff = initial;
-    loop {
-        if closing.is_closed() {
-            break;
+/// Not an `async fn` (it would keep its arguments twice), and the backoff's bounds are read
+/// from the link when a child ended, not kept: this task lives as long as the link.
+#[allow(clippy::manual_async_fn)]
+fn supervise(
+    conn: Weak<Connection>,
+    init_timeout: Duration,
+    max_line: usize,
+) -> impl Future<Output = ()> {
+    async move {
+        let (closing, name) = {
+            let Some(c) = conn.upgrade() else { return };
+            (link(&c).closing.clone(), c.info.name.clone())
+        };
+        // Zero until the first restart, which starts from the configured initial backoff.
+        let mut backoff = Duration::ZERO;
+        loop {
+            if closing.is_closed() {
+                break;
+            }
+            if let Some(c) = conn.upgrade() {
+                link(&c).state.set(LinkState::Starting);
+            }
+            let started = Instant::now();
+            let reason = match run_once(&conn, &name, init_timeout, max_line, &closing).await {
+                RunEnd::Closed => break,
+                RunEnd::Exited(reason) => reason,
+            };
+            let Some(c) = conn.upgrade() else { break };
+            let l = link(&c);
+            c.info.health.failed(&reason);
+            c.fail_all(&GatewayError::UpstreamClosed {
+                upstream: name.to_string(),
+                reason: reason.clone(),
+            });
+            if closing.is_closed() {
+                break;
+            }
+            let (initial, max_backoff) = (
+                l.config.restart.initial_backoff,
+                l.config.restart.max_backoff,
+            );
+            if backoff.is_zero() || started.elapsed() >= max_backoff {
+                backoff = initial;
+            }
+            l.restarts.fetch_add(1, Ordering::Relaxed);
+            crate::metrics::get()
+                .stdio_restarts
+                .with_label_values(&[&*name])
+                .inc();
+            tracing::warn!(upstream = %name, reason = %reason, backoff_ms = backoff.as_millis() as u64, "stdio upstream down; restarting");
+            l.state.set(LinkState::Down {
+                reason: reason.into(),
+            });
+            drop(c);
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                () = closing.closed() => break,
+            }
+            backoff = (backoff * 2).min(max_backoff);
         }
         if let Some(c) = conn.upgrade() {
-            link(&c).state.set(LinkState::Starting);
+            link(&c).state.set(LinkState::Closed);
         }
-        let started = Instant::now();
-        let reason = match run_once(&conn, &name, init_timeout, max_line, &closing).await {
-            RunEnd::Closed => break,
-            RunEnd::Exited(reason) => reason,
-        };
-        let Some(c) = conn.upgrade() else { break };
-        let l = link(&c);
-        c.info.health.failed(&reason);
-        c.fail_all(&GatewayError::UpstreamClosed {
-            upstream: name.to_string(),
-            reason: reason.clone(),
-        });
-        if closing.is_closed() {
-            break;
-        }
-        if started.elapsed() >= max_backoff {
-            backoff = initial;
-        }
-        l.restarts.fetch_add(1, Ordering::Relaxed);
-        crate::metrics::get()
-            .stdio_restarts
-            .with_label_values(&[&*name])
-            .inc();
-        tracing::warn!(upstream = %name, reason = %reason, backoff_ms = backoff.as_millis() as u64, "stdio upstream down; restarting");
-        l.state.set(LinkState::Down {
-            reason: reason.into(),
-        });
-        drop(c);
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            () = closing.closed() => break,
-        }
-        backoff = (backoff * 2).min(max_backoff);
-    }
-    if let Some(c) = conn.upgrade() {
-        link(&c).state.set(LinkState::Closed);
     }
 }
 
@@ -369,60 +377,67 @@ const OUTPUT_AFTER_EXIT: Duration = Duration::from_secs(1);
 /// child, which with a process per session is one per session (a reading task of its own
 /// cost its task and a channel to say its stdout had ended; README, Performance).
 /// Starting and handshaking are boxed: what they need is freed once done, and the task holds
-/// for the child's whole life only the wait and the reader.
-async fn run_once(
-    conn: &Weak<Connection>,
-    name: &Arc<str>,
+/// for the child's whole life only the wait and the reader. Not an `async fn`, which keeps its
+/// arguments twice (as arguments and as locals); nor is the handshake's outcome held across
+/// the awaits after it: either made the task a size class larger (README, Performance).
+#[allow(clippy::manual_async_fn)]
+fn run_once<'a>(
+    conn: &'a Weak<Connection>,
+    name: &'a Arc<str>,
     init_timeout: Duration,
     max_line: usize,
-    closing: &Closing,
-) -> RunEnd {
-    let (mut running, output) = match Box::pin(start(conn, max_line)).await {
-        Ok(started) => started,
-        Err(end) => return end,
-    };
-    let reading = std::pin::pin!(read_output(output, conn.clone(), name.clone()));
-    let mut reader = Reader {
-        reading,
-        done: false,
-    };
-    let pid = running.child.id().unwrap_or(0);
-    let handshake = Box::pin(handshake(
-        conn,
-        name,
-        init_timeout,
-        (&mut running.child, pid),
-        closing,
-    ));
-    match reader.beside(handshake).await {
-        Handshake::Done => {}
-        Handshake::Failed(e) => {
-            // Said before the wait: the error is not kept in the task meanwhile.
-            let reason = format!("handshake failed: {e}");
-            Box::pin(reader.stop_child(conn, &mut running.child)).await;
-            return RunEnd::Exited(reason);
-        }
-        Handshake::Exited(status) => return Box::pin(reader.exited(conn, status)).await,
-        Handshake::Closing => {
-            Box::pin(reader.stop_child(conn, &mut running.child)).await;
-            return RunEnd::Closed;
-        }
-    }
-    let status = {
-        let wait = std::pin::pin!(async {
-            tokio::select! {
-                status = running.child.wait() => Some(status),
-                () = closing.closed() => None,
+    closing: &'a Closing,
+) -> impl Future<Output = RunEnd> + 'a {
+    async move {
+        let (mut running, output) = match Box::pin(start(conn, max_line)).await {
+            Ok(started) => started,
+            Err(end) => return end,
+        };
+        let reading = std::pin::pin!(read_output(output, conn.clone(), name.clone()));
+        let mut reader = Reader {
+            reading,
+            done: false,
+        };
+        let pid = running.child.id().unwrap_or(0);
+        let handshake = Box::pin(handshake(
+            conn,
+            name,
+            init_timeout,
+            (&mut running.child, pid),
+            closing,
+        ));
+        // What the handshake ended in, read out of it in this statement (its error is said
+        // here, not kept in the task while the child is stopped).
+        let ended = match reader.beside(handshake).await {
+            Handshake::Done => None,
+            Handshake::Failed(e) => Some(Err(RunEnd::Exited(format!("handshake failed: {e}")))),
+            Handshake::Exited(status) => Some(Ok(status)),
+            Handshake::Closing => Some(Err(RunEnd::Closed)),
+        };
+        match ended {
+            None => {}
+            Some(Ok(status)) => return Box::pin(reader.exited(conn, status)).await,
+            Some(Err(end)) => {
+                Box::pin(reader.stop_child(conn, &mut running.child)).await;
+                return end;
             }
-        });
-        reader.beside(wait).await
-    };
-    // The ends are boxed: their timers would otherwise size the task for the child's life.
-    match status {
-        Some(status) => Box::pin(reader.exited(conn, status)).await,
-        None => {
-            Box::pin(reader.stop_child(conn, &mut running.child)).await;
-            RunEnd::Closed
+        }
+        let status = {
+            let wait = std::pin::pin!(async {
+                tokio::select! {
+                    status = running.child.wait() => Some(status),
+                    () = closing.closed() => None,
+                }
+            });
+            reader.beside(wait).await
+        };
+        // The ends are boxed: their timers would otherwise size the task for the child's life.
+        match status {
+            Some(status) => Box::pin(reader.exited(conn, status)).await,
+            None => {
+                Box::pin(reader.stop_child(conn, &mut running.child)).await;
+                RunEnd::Closed
+            }
         }
     }
 }
