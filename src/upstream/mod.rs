@@ -4,6 +4,7 @@
 //! timeouts.
 
 mod catalog;
+mod child_watch;
 mod connection;
 mod credentials;
 mod h1;
@@ -15,6 +16,7 @@ mod http;
 mod http_client;
 mod inbound;
 mod legacy_sse;
+mod lines;
 mod link;
 mod meta;
 mod owner;

@@ -1,21 +1,25 @@
 //! Stdio upstreams: the child process lifecycle. Spawn with a clean environment in its own
-//! process group, handshake, relay newline-delimited JSON, log stderr, restart with backoff
-//! after a crash, and shut down by closing stdin, then SIGTERM, then SIGKILL (always reaped).
+//! process group, handshake, relay newline-delimited JSON, restart with backoff after a
+//! crash, and shut down by closing stdin, then SIGTERM, then SIGKILL (always reaped). The
+//! child's exit and stderr are watched by [`child_watch`](super::child_watch).
 
-use std::process::{ExitStatus, Stdio};
+use std::os::fd::OwnedFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::Bytes;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::net::unix::pipe;
-use tokio::process::{Child, Command};
 use tokio::sync::Notify;
 
+use super::child_watch::Process;
 use super::connection::Connection;
 use super::handshake;
+use super::lines::{BoundedLines, Line};
 use super::stdin::{Stdin, StdinError};
 use crate::config::StdioConfig;
 use crate::error::GatewayError;
@@ -31,8 +35,6 @@ const EXIT_GRACE: Duration = Duration::from_secs(2);
 /// Messages queued for a child's stdin before senders wait (each at most the upstream's
 /// `request_timeout`, then refused with a clear error).
 const WRITE_QUEUE: usize = 1024;
-/// Longest stderr line kept in the logs.
-const MAX_STDERR_LINE: usize = 8 * 1024;
 
 /// Where the child process stands.
 #[derive(Debug, Clone)]
@@ -364,7 +366,7 @@ enum RunEnd {
 
 /// A started child, as `run_once` holds it while waiting for its exit.
 struct Running {
-    child: Child,
+    child: Process,
     _counted: RunningProcess,
 }
 
@@ -389,7 +391,7 @@ fn run_once<'a>(
     closing: &'a Closing,
 ) -> impl Future<Output = RunEnd> + 'a {
     async move {
-        let (mut running, output) = match Box::pin(start(conn, max_line)).await {
+        let (mut running, output) = match Box::pin(start(conn, name, max_line)).await {
             Ok(started) => started,
             Err(end) => return end,
         };
@@ -398,7 +400,7 @@ fn run_once<'a>(
             reading,
             done: false,
         };
-        let pid = running.child.id().unwrap_or(0);
+        let pid = running.child.id();
         let handshake = Box::pin(handshake(
             conn,
             name,
@@ -442,9 +444,13 @@ fn run_once<'a>(
     }
 }
 
-/// Spawns the child and wires its pipes: stdin to the link's writer, stdout and stderr
-/// returned for the reader.
-async fn start(conn: &Weak<Connection>, max_line: usize) -> Result<(Running, Output), RunEnd> {
+/// Spawns the child and wires its pipes: stdin to the link's writer, stdout returned for the
+/// reader, stderr to the watcher (with the child's exit).
+async fn start(
+    conn: &Weak<Connection>,
+    name: &Arc<str>,
+    max_line: usize,
+) -> Result<(Running, BoundedLines), RunEnd> {
     let spawned = match conn.upgrade() {
         Some(c) => {
             let config = &link(&c).config;
@@ -453,27 +459,35 @@ async fn start(conn: &Weak<Connection>, max_line: usize) -> Result<(Running, Out
         None => return Err(RunEnd::Closed),
     };
     let mut child = spawned.map_err(RunEnd::Exited)?;
-    let counted = RunningProcess::counted();
-    let pid = child.id().unwrap_or(0);
     let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let (Some(stdin), Some(stdout), Some(stderr)) = (stdin, stdout, stderr) else {
-        stop(&mut child).await;
+        abandon(child);
         return Err(RunEnd::Exited(
             "the child's pipes were not available".into(),
         ));
     };
+    let mut child = match Process::watch(child, stderr, name.clone()) {
+        Ok(process) => process,
+        Err((child, e)) => {
+            abandon(child);
+            return Err(RunEnd::Exited(format!(
+                "the child could not be watched: {e}"
+            )));
+        }
+    };
+    let counted = RunningProcess::counted();
+    let pid = child.id();
     // As pipes: waiting for readiness needs no read buffer (see `BoundedLines`), and stdin
     // is written by the senders themselves (see `Stdin`).
     let pipes = (|| {
         let stdin = Stdin::new(
-            pipe::Sender::from_owned_fd(stdin.into_owned_fd()?)?,
+            pipe::Sender::from_owned_fd(OwnedFd::from(stdin))?,
             WRITE_QUEUE,
         )?;
-        let stdout = pipe::Receiver::from_owned_fd(stdout.into_owned_fd()?)?;
-        let stderr = pipe::Receiver::from_owned_fd(stderr.into_owned_fd()?)?;
-        Ok::<_, std::io::Error>((stdin, stdout, stderr))
+        let stdout = pipe::Receiver::from_owned_fd(OwnedFd::from(stdout))?;
+        Ok::<_, std::io::Error>((stdin, stdout))
     })();
-    let (stdin, stdout, stderr) = match pipes {
+    let (stdin, stdout) = match pipes {
         Ok(pipes) => pipes,
         Err(e) => {
             stop(&mut child).await;
@@ -495,11 +509,7 @@ async fn start(conn: &Weak<Connection>, max_line: usize) -> Result<(Running, Out
     if let Ok(mut w) = l.writer.lock() {
         *w = Some(stdin);
     }
-    let output = Output {
-        stdout: BoundedLines::new(stdout, max_line),
-        stderr: BoundedLines::new(stderr, MAX_STDERR_LINE),
-    };
-    Ok((running, output))
+    Ok((running, BoundedLines::new(stdout, max_line)))
 }
 
 /// How a child's handshake ended.
@@ -517,7 +527,7 @@ async fn handshake(
     conn: &Weak<Connection>,
     name: &Arc<str>,
     init_timeout: Duration,
-    (child, pid): (&mut Child, u32),
+    (child, pid): (&mut Process, u32),
     closing: &Closing,
 ) -> Handshake {
     let handshake = async {
@@ -552,7 +562,7 @@ async fn handshake(
 /// The child's output being read ([`read_output`]), polled by the task that runs the child.
 struct Reader<'a, R> {
     reading: std::pin::Pin<&'a mut R>,
-    /// Both pipes ended.
+    /// The child's stdout ended.
     done: bool,
 }
 
@@ -590,7 +600,7 @@ impl<R: Future<Output = ()>> Reader<'_, R> {
     }
 
     /// Stops the child (still reading its output), then reads what is left.
-    async fn stop_child(&mut self, conn: &Weak<Connection>, child: &mut Child) {
+    async fn stop_child(&mut self, conn: &Weak<Connection>, child: &mut Process) {
         clear_writer(conn);
         self.beside(std::pin::pin!(stop(child))).await;
         self.finish().await;
@@ -633,14 +643,13 @@ fn describe_exit(status: std::io::Result<ExitStatus>) -> String {
     }
 }
 
-fn spawn(config: &StdioConfig) -> std::io::Result<Child> {
+fn spawn(config: &StdioConfig) -> std::io::Result<std::process::Child> {
     let mut cmd = Command::new(&config.command);
     cmd.args(&config.args)
         .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
         // Own process group, so shutdown signals reach grandchildren (npx → node, sh → ...).
         .process_group(0);
     for var in SAFE_ENV
@@ -664,15 +673,15 @@ fn spawn(config: &StdioConfig) -> std::io::Result<Child> {
 /// Closes stdin (already done by dropping the writer), then SIGTERM, then SIGKILL to the
 /// process group; always reaps the child. Boxed: its timers would otherwise size the
 /// supervisor's task for the child's whole life (with a process per session, per session).
-async fn stop(child: &mut Child) {
+async fn stop(child: &mut Process) {
     Box::pin(stop_now(child)).await
 }
 
-async fn stop_now(child: &mut Child) {
+async fn stop_now(child: &mut Process) {
     if tokio::time::timeout(EXIT_GRACE, child.wait()).await.is_ok() {
         return;
     }
-    let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) else {
+    let Some(pid) = i32::try_from(child.id()).ok().filter(|p| *p > 0) else {
         let _ = child.wait().await;
         return;
     };
@@ -681,283 +690,43 @@ async fn stop_now(child: &mut Child) {
         return;
     }
     let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-    let _ = child.kill().await;
+    let _ = child.kill();
     let _ = child.wait().await;
 }
 
-/// One line read by [`BoundedLines`].
-enum Line {
-    Complete(Vec<u8>),
-    /// Longer than the bound: only the first `max` bytes are kept.
-    TooLong(Vec<u8>),
+/// A child that could not be watched: killed and reaped here (it has not run long, and
+/// SIGKILL is not refused).
+fn abandon(mut child: std::process::Child) {
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
-/// Newline-delimited reading from a pipe that never buffers more than `max` bytes of one
-/// line, and holds no buffer while it waits for the child to write: an idle child costs no
-/// read buffer. (A `BufReader` per pipe kept a zeroed 64 KiB buffer for stdout and 8 KiB for
-/// stderr, ~72 KB of resident memory per process; with a process per session, per session.)
-struct BoundedLines {
-    pipe: pipe::Receiver,
-    buf: BytesMut,
-    /// Bytes at the start of `buf` already searched for a newline.
-    scanned: usize,
-    /// The line being read is longer than `max`: `buf` keeps its first `max` bytes and the
-    /// rest is dropped up to its newline.
-    overflow: bool,
-    eof: bool,
-    max: usize,
-    /// Room made for each read: at most 64 KiB (fewer reads for the upstream's messages),
-    /// never more than a line may be.
-    chunk: usize,
-}
-
-impl BoundedLines {
-    fn new(pipe: pipe::Receiver, max: usize) -> Self {
-        BoundedLines {
-            pipe,
-            buf: BytesMut::new(),
-            scanned: 0,
-            overflow: false,
-            eof: false,
-            max,
-            chunk: max.clamp(1, 64 * 1024),
-        }
-    }
-
-    /// The next line without its terminator (`\n` or `\r\n`); `None` at end of input.
-    async fn next(&mut self) -> Option<Line> {
-        loop {
-            if let Some(line) = self.take_line() {
-                return Some(line);
-            }
-            if self.eof {
-                let overflow = std::mem::take(&mut self.overflow);
-                let rest = std::mem::take(&mut self.buf);
-                self.scanned = 0;
-                return (!rest.is_empty()).then(|| finish(rest.to_vec(), overflow));
-            }
-            // Readiness first: a reader polled while the child has written nothing (stderr's,
-            // beside stdout's) costs no system call and no buffer.
-            let (pipe, buf) = (&self.pipe, &mut self.buf);
-            let ready = std::future::poll_fn(|cx| {
-                let ready = pipe.poll_read_ready(cx);
-                if ready.is_pending() && buf.is_empty() {
-                    // Nothing of a line is held: wait without a buffer.
-                    *buf = BytesMut::new();
-                }
-                ready
-            })
-            .await;
-            if ready.is_err() {
-                self.eof = true;
-                continue;
-            }
-            self.buf.reserve(self.chunk);
-            match self.pipe.try_read_buf(&mut self.buf) {
-                Ok(0) => self.eof = true,
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(_) => self.eof = true,
-            }
-        }
-    }
-
-    /// A whole line from what was read, if there is one; bounds the line being read.
-    fn take_line(&mut self) -> Option<Line> {
-        let Some(i) = memchr::memchr(b'\n', &self.buf[self.scanned..]).map(|i| i + self.scanned)
-        else {
-            if self.buf.len() > self.max {
-                self.overflow = true;
-                self.buf.truncate(self.max);
-            }
-            self.scanned = self.buf.len();
-            return None;
-        };
-        let overflow = std::mem::take(&mut self.overflow) || i > self.max;
-        let line = self.buf[..i.min(self.max)].to_vec();
-        self.buf.advance(i + 1);
-        self.scanned = 0;
-        Some(finish(line, overflow))
-    }
-}
-
-fn finish(mut line: Vec<u8>, overflow: bool) -> Line {
-    if overflow {
-        return Line::TooLong(line);
-    }
-    if line.last() == Some(&b'\r') {
-        line.pop();
-    }
-    Line::Complete(line)
-}
-
-/// A child's output pipes, read in the task that runs the child.
-struct Output {
-    stdout: BoundedLines,
-    stderr: BoundedLines,
-}
-
-/// Reads the child's output until both pipes end: each stdout line is routed to the
-/// connection (over-long ones dropped with an error log), each stderr line logged (truncated
-/// to a bound, control characters escaped).
+/// Reads the child's stdout until it ends: each line is routed to the connection (over-long
+/// ones dropped with an error log).
 #[allow(clippy::manual_async_fn)] // an `async fn` keeps its arguments twice
 fn read_output(
-    mut out: Output,
+    mut stdout: BoundedLines,
     conn: Weak<Connection>,
     name: Arc<str>,
 ) -> impl Future<Output = ()> {
     // The arguments kept once in the task (as an `async fn`: 0.2 KB more per process).
     async move {
-        let (mut stdout_open, mut stderr_open) = (true, true);
-        loop {
-            let (from_stdout, line) = tokio::select! {
-                line = out.stdout.next(), if stdout_open => (true, line),
-                line = out.stderr.next(), if stderr_open => (false, line),
-                else => break,
-            };
-            match (from_stdout, line) {
-                (true, None) => stdout_open = false,
-                (false, None) => stderr_open = false,
-                (false, Some(Line::Complete(line) | Line::TooLong(line))) => {
-                    let text = String::from_utf8_lossy(&line);
-                    let text = escape_controls(text.trim_end());
-                    if !text.is_empty() {
-                        tracing::info!(target: "switchyard::upstream::stderr", upstream = %name, "{text}");
-                    }
-                }
-                (true, Some(Line::TooLong(_))) => {
-                    let limit = out.stdout.max;
+        while let Some(line) = stdout.next().await {
+            match line {
+                Line::TooLong(_) => {
+                    let limit = stdout.max();
                     tracing::error!(upstream = %name, limit, "dropped a message larger than the limit from the upstream");
                 }
-                (true, Some(Line::Complete(line))) => {
+                Line::Complete(line) => {
                     if !line.iter().all(u8::is_ascii_whitespace) {
                         let Some(c) = conn.upgrade() else { break };
                         c.on_message(Bytes::from(line), None);
                     }
                 }
             }
-            if from_stdout {
-                // Lines already buffered are read without waiting: under a flood this task would
-                // keep its worker to itself, and the streams it feeds fall behind and drop.
-                tokio::task::coop::consume_budget().await;
-            }
+            // Lines already buffered are read without waiting: under a flood this task would
+            // keep its worker to itself, and the streams it feeds fall behind and drop.
+            tokio::task::coop::consume_budget().await;
         }
-    }
-}
-
-/// `text` with control characters (tab excepted) and the Unicode line and paragraph
-/// separators written as escapes (`\r`, `\0`, `\u{1b}`): the text log format writes a
-/// message as it is, so an upstream's stderr could otherwise return the carriage, truncate a
-/// line for C tools (NUL) or start what looks like a line of the gateway's own.
-fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
-    let forges = |c: char| (c.is_control() && c != '\t') || matches!(c, '\u{2028}' | '\u{2029}');
-    if !text.chars().any(forges) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        match c {
-            '\r' => out.push_str("\\r"),
-            '\n' => out.push_str("\\n"),
-            '\0' => out.push_str("\\0"),
-            c if forges(c) => {
-                use std::fmt::Write as _;
-                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use tokio::io::AsyncWriteExt;
-
-    use super::*;
-
-    #[test]
-    fn control_characters_are_escaped_and_plain_text_is_not_copied() {
-        assert!(matches!(
-            escape_controls("plain text\twith a tab"),
-            std::borrow::Cow::Borrowed(_)
-        ));
-        assert_eq!(
-            escape_controls("a\rb\0c\u{1b}[2Jd\u{85}e\u{2028}f"),
-            "a\\rb\\0c\\u{1b}[2Jd\\u{85}e\\u{2028}f"
-        );
-    }
-
-    /// Lines cut across reads, an over-long one whose newline comes reads later, and a last
-    /// line without a newline: the same lines whatever the reads' boundaries.
-    #[tokio::test]
-    async fn bounded_lines_join_reads_and_drop_the_rest_of_long_lines() {
-        let (mut tx, rx) = pipe::pipe().unwrap();
-        let pieces: [&[u8]; 7] = [
-            b"ab",
-            b"c\r",
-            b"\nABCDEFGH",
-            b"IJKLMN",
-            b"OPQ\nxy",
-            b"z\n\n",
-            b"end",
-        ];
-        let writer = tokio::spawn(async move {
-            for p in pieces {
-                tx.write_all(p).await.unwrap();
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        });
-        let mut lines = BoundedLines::new(rx, 8);
-        let out = texts(&mut lines).await;
-        writer.await.unwrap();
-        assert_eq!(out, ["ok:abc", "long:ABCDEFGH", "ok:xyz", "ok:", "ok:end"]);
-    }
-
-    /// Every line of the input, as `ok:<text>` or `long:<kept prefix>`.
-    async fn texts(lines: &mut BoundedLines) -> Vec<String> {
-        let mut out = vec![];
-        while let Some(l) = lines.next().await {
-            out.push(match l {
-                Line::Complete(v) => format!("ok:{}", String::from_utf8(v).unwrap()),
-                Line::TooLong(v) => format!("long:{}", String::from_utf8(v).unwrap()),
-            });
-        }
-        out
-    }
-
-    /// A reader waiting for the child with no partial line holds no buffer; with one, it
-    /// keeps it and completes the line later.
-    #[tokio::test]
-    async fn bounded_lines_hold_no_buffer_while_waiting() {
-        let (mut tx, rx) = pipe::pipe().unwrap();
-        let mut lines = BoundedLines::new(rx, 64 * 1024);
-        tx.write_all(b"one\n").await.unwrap();
-        assert!(matches!(lines.next().await, Some(Line::Complete(l)) if l == b"one"));
-        let waiting = tokio::time::timeout(Duration::from_millis(50), lines.next()).await;
-        assert!(waiting.is_err(), "no line was written");
-        assert_eq!(lines.buf.capacity(), 0);
-        tx.write_all(b"tw").await.unwrap();
-        let waiting = tokio::time::timeout(Duration::from_millis(50), lines.next()).await;
-        assert!(waiting.is_err(), "the line is not complete");
-        assert!(lines.buf.capacity() > 0);
-        tx.write_all(b"o\n").await.unwrap();
-        assert!(matches!(lines.next().await, Some(Line::Complete(l)) if l == b"two"));
-    }
-
-    #[tokio::test]
-    async fn bounded_lines_split_strip_cr_and_cap_length() {
-        let (mut tx, rx) = pipe::pipe().unwrap();
-        tx.write_all(b"{\"a\":1}\r\nshort\n0123456789abc\nlast")
-            .await
-            .unwrap();
-        drop(tx);
-        let mut lines = BoundedLines::new(rx, 10);
-        let out = texts(&mut lines).await;
-        assert_eq!(
-            out,
-            ["ok:{\"a\":1}", "ok:short", "long:0123456789", "ok:last"]
-        );
     }
 }
