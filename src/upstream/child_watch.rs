@@ -567,6 +567,48 @@ mod tests {
         assert!(gone, "pid {pid} is {:?}", state(pid));
     }
 
+    /// As where no pidfd can be opened (before Linux 5.3): the exit is found by looking
+    /// again every `EXIT_POLL`, and a child dropped while running is killed and reaped by a
+    /// thread of its own.
+    #[tokio::test]
+    async fn without_a_pidfd_the_exit_is_polled_and_a_dropped_child_still_reaped() {
+        let forget_pidfd = |p: &mut Process| {
+            let w = watcher().unwrap();
+            let mut children = w.lock();
+            let pidfd = children
+                .by_key
+                .get_mut(&p.key)
+                .unwrap()
+                .pidfd
+                .take()
+                .unwrap();
+            epoll::delete(&w.epoll, &pidfd).unwrap();
+            p.told = false;
+        };
+        let mut p = spawn("sleep 0.2; exit 5");
+        forget_pidfd(&mut p);
+        let status = tokio::time::timeout(Duration::from_secs(5), p.wait())
+            .await
+            .expect("the exit was found")
+            .unwrap();
+        assert_eq!(status.code(), Some(5));
+
+        let mut p = spawn("sleep 30");
+        forget_pidfd(&mut p);
+        let (pid, key) = (p.id(), p.key);
+        drop(p);
+        assert!(!watcher().unwrap().lock().by_key.contains_key(&key));
+        let mut gone = false;
+        for _ in 0..100 {
+            if state(pid).is_none() {
+                gone = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(gone, "pid {pid} is {:?}", state(pid));
+    }
+
     /// Many children at once: each exit wakes its own waiter, and their entries go with them.
     #[tokio::test]
     async fn many_children_are_told_apart() {
