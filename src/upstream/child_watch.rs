@@ -49,9 +49,8 @@ struct Children {
 
 /// One child, as the watcher holds it.
 struct Watched {
-    /// Its pidfd, until its exit was seen.
+    /// Its pidfd, until its exit was seen (or its `Process` let go of it).
     pidfd: Option<OwnedFd>,
-    exited: bool,
     /// Its [`Process`] still holds it.
     claimed: bool,
     /// The task waiting for its exit.
@@ -166,7 +165,6 @@ impl Watcher {
             if let Some(pidfd) = c.pidfd.take() {
                 let _ = epoll::delete(&self.epoll, &pidfd);
             }
-            c.exited = true;
             woken.extend(c.waiter.take());
             if let Some(mut orphan) = c.orphan.take() {
                 let _ = orphan.try_wait();
@@ -182,14 +180,10 @@ impl Stderr {
     /// Reads what the pipe holds (at most [`READ_PER_TURN`]), cutting it into lines; false
     /// once the pipe has ended (its last line said).
     fn read(&mut self, scratch: &mut [u8], said: &mut Vec<Said>) -> bool {
-        let lines = self
+        let mut lines = self
             .partial
-            .get_or_insert_with(|| Box::new(LineBuf::new(MAX_STDERR_LINE)));
-        let say = |line| Said {
-            name: self.name.clone(),
-            pid: self.pid,
-            line,
-        };
+            .take()
+            .unwrap_or_else(|| Box::new(LineBuf::new(MAX_STDERR_LINE)));
         let mut read = 0;
         let open = loop {
             match (&self.pipe).read(scratch) {
@@ -197,7 +191,7 @@ impl Stderr {
                 Ok(n) => {
                     lines.extend(&scratch[..n]);
                     while let Some(line) = lines.take_line() {
-                        said.push(say(line));
+                        said.push(self.said(line));
                     }
                     read += n;
                     if read >= READ_PER_TURN {
@@ -210,10 +204,10 @@ impl Stderr {
             }
         };
         if !open && let Some(line) = lines.rest() {
-            said.push(say(line));
+            said.push(self.said(line));
         }
-        if lines.is_empty() {
-            self.partial = None;
+        if !lines.is_empty() {
+            self.partial = Some(lines);
         }
         open
     }
@@ -224,11 +218,15 @@ impl Stderr {
         if self.read(scratch, said)
             && let Some(line) = self.partial.take().and_then(|mut l| l.rest())
         {
-            said.push(Said {
-                name: self.name.clone(),
-                pid: self.pid,
-                line,
-            });
+            said.push(self.said(line));
+        }
+    }
+
+    fn said(&self, line: Line) -> Said {
+        Said {
+            name: self.name.clone(),
+            pid: self.pid,
+            line,
         }
     }
 }
@@ -309,7 +307,6 @@ impl Process {
             key,
             Watched {
                 pidfd,
-                exited: false,
                 claimed: true,
                 waiter: None,
                 orphan: None,
@@ -354,14 +351,15 @@ impl Process {
     }
 }
 
-/// Ready once the watcher saw the child exit; else keeps the waker to be woken then.
+/// Ready once the watcher saw the child exit (it then drops the pidfd); else keeps the waker
+/// to be woken then. For a child watched through a pidfd only.
 fn poll_exit(key: u64, cx: &mut Context<'_>) -> Poll<()> {
     let Ok(w) = watcher() else {
         return Poll::Ready(());
     };
     let mut children = w.lock();
     match children.by_key.get_mut(&key) {
-        Some(c) if !c.exited => {
+        Some(c) if c.pidfd.is_some() => {
             match &mut c.waiter {
                 Some(waker) if waker.will_wake(cx.waker()) => {}
                 waiter => *waiter = Some(cx.waker().clone()),
@@ -523,6 +521,17 @@ mod tests {
             .unwrap()
     }
 
+    /// Whether `done` holds within two seconds (looked at every 20 ms).
+    async fn eventually(mut done: impl FnMut() -> bool) -> bool {
+        for _ in 0..100 {
+            if done() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        done()
+    }
+
     fn state(pid: u32) -> Option<String> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         Some(stat.rsplit_once(") ")?.1.split(' ').next()?.to_owned())
@@ -556,14 +565,10 @@ mod tests {
             state(pid)
         );
         drop(p);
-        let mut gone = false;
-        for _ in 0..100 {
-            if state(pid).is_none() && !watcher().unwrap().lock().by_key.contains_key(&key) {
-                gone = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let gone = eventually(|| {
+            state(pid).is_none() && !watcher().unwrap().lock().by_key.contains_key(&key)
+        })
+        .await;
         assert!(gone, "pid {pid} is {:?}", state(pid));
     }
 
@@ -598,14 +603,7 @@ mod tests {
         let (pid, key) = (p.id(), p.key);
         drop(p);
         assert!(!watcher().unwrap().lock().by_key.contains_key(&key));
-        let mut gone = false;
-        for _ in 0..100 {
-            if state(pid).is_none() {
-                gone = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let gone = eventually(|| state(pid).is_none()).await;
         assert!(gone, "pid {pid} is {:?}", state(pid));
     }
 
