@@ -32,7 +32,10 @@
 # modes: LOADS="streamed streamed-paced" ONLY="gateway-redis gateway-redis-fast".
 # SMOKE=1 exits non-zero when any target had errors or made no call (CI runs
 # `SMOKE=1 SY_PROFILE=debug bash loadtest/compare.sh 1 1`: seconds, and never judged on timings).
+# SY_GATEWAY=<binary> runs the gateway targets with another build of it (scripts/build-pgo.sh
+# trains its instrumented build on this load).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" compare
+GW="${SY_GATEWAY:-$GW}"
 SECONDS_RUN="${1:-5}"
 ROUNDS="${2:-3}"
 SESSIONS="${SESSIONS:-32}"
