@@ -15,6 +15,7 @@
 //!
 //! Symmetric keys in a JWKS are ignored.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -47,9 +48,19 @@ pub struct KeySet {
     keys: Vec<Key>,
     /// Until when the set is fresh; `None` for the empty set before the first load.
     fresh_until: Option<Instant>,
+    /// A number no other set of this process has (0: the empty set before the first load).
+    generation: u64,
 }
 
+/// The last `KeySet::generation` handed out.
+static GENERATIONS: AtomicU64 = AtomicU64::new(0);
+
 impl KeySet {
+    /// Tells this set from every other one loaded, before or after it.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// The keys that may have signed a token with this `kid` and `alg`.
     pub fn matching<'s>(
         &'s self,
@@ -119,10 +130,22 @@ impl JwksCache {
                 keys: ArcSwap::from_pointee(KeySet {
                     keys: Vec::new(),
                     fresh_until: None,
+                    generation: 0,
                 }),
                 refresh: Mutex::new(RefreshState::default()),
             }),
         }
+    }
+
+    /// The generation of the key set in use (0 before the first load), starting a refresh in
+    /// the background when it is stale, as [`JwksCache::keys_for`] does: a token remembered
+    /// as checked against this set (`verified`) is taken while it is current.
+    pub fn current(&self) -> u64 {
+        let set = self.inner.keys.load();
+        if set.fresh_until.is_some() && set.stale(Instant::now()) {
+            self.inner.revalidate();
+        }
+        set.generation
     }
 
     /// The key set to check a token with this `kid` and `alg` against: the cached one when it
@@ -253,6 +276,7 @@ impl Inner {
         self.keys.store(Arc::new(KeySet {
             keys,
             fresh_until: Some(Instant::now() + lifetime),
+            generation: GENERATIONS.fetch_add(1, Ordering::Relaxed) + 1,
         }));
         Ok(count)
     }

@@ -6,9 +6,11 @@ mod challenge;
 mod discovery;
 mod jose;
 mod jwks;
+mod verified;
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 
 use axum::http::{HeaderMap, Uri, header};
 use jsonwebtoken::{Algorithm, Validation};
@@ -31,15 +33,25 @@ pub struct Principal {
     /// A stable, opaque key for the user: a hash of issuer and subject. Sessions and store
     /// keys carry it; it reveals nothing about the user.
     pub user: Arc<str>,
-    /// Granted scopes (`scope` claim, space separated, or `scp` array).
-    pub scopes: HashSet<String>,
-    /// Every claim of the token, for claim-based tool policies.
-    pub claims: Map<String, Value>,
+    /// What the token grants; `None`: nothing (anonymous). Shared, not copied, by every
+    /// request that presents the same remembered token (`verified`).
+    grants: Option<Arc<Grants>>,
     /// Whose budget the tenant's per-user limits charge: the user key when a token names the
     /// user, else a key of the client's address (`http::client_addr`), so anonymous clients do
     /// not share one budget (their sessions are still bound to `user`).
     pub budget: Arc<str>,
 }
+
+/// The scopes and claims of a validated token.
+#[derive(Debug, Default)]
+pub struct Grants {
+    /// Granted scopes (`scope` claim, space separated, or `scp` array).
+    pub scopes: HashSet<String>,
+    /// Every claim of the token, for claim-based tool policies.
+    pub claims: Map<String, Value>,
+}
+
+static NO_GRANTS: LazyLock<Grants> = LazyLock::new(Grants::default);
 
 impl Principal {
     /// The principal of tenants without authentication (one budget for all: see
@@ -49,9 +61,31 @@ impl Principal {
         Principal {
             budget: user.clone(),
             user,
-            scopes: HashSet::new(),
-            claims: Map::new(),
+            grants: None,
         }
+    }
+
+    /// The principal of a token's user, with what the token grants.
+    pub fn granted(user: Arc<str>, grants: Arc<Grants>) -> Principal {
+        Principal {
+            budget: user.clone(),
+            user,
+            grants: Some(grants),
+        }
+    }
+
+    fn grants(&self) -> &Grants {
+        self.grants.as_deref().unwrap_or(&NO_GRANTS)
+    }
+
+    /// Granted scopes.
+    pub fn scopes(&self) -> &HashSet<String> {
+        &self.grants().scopes
+    }
+
+    /// Every claim of the token.
+    pub fn claims(&self) -> &Map<String, Value> {
+        &self.grants().claims
     }
 
     /// This principal, with its per-user limits charged to `budget`.
@@ -62,7 +96,7 @@ impl Principal {
 
     /// Whether claim `name` equals `value` (or is an array containing it).
     pub fn has_claim(&self, name: &str, value: &str) -> bool {
-        match self.claims.get(name) {
+        match self.claims().get(name) {
             Some(Value::String(s)) => s == value,
             Some(Value::Array(items)) => items.iter().any(|i| i.as_str() == Some(value)),
             Some(Value::Bool(b)) => value == if *b { "true" } else { "false" },
@@ -77,7 +111,13 @@ pub struct Authenticator {
     config: AuthConfig,
     keys: JwksCache,
     algorithms: Vec<Algorithm>,
+    /// Tells this authenticator's remembered tokens (`verified`) from another's, a reloaded
+    /// tenant's included.
+    id: u64,
 }
+
+/// The last `Authenticator::id` handed out.
+static AUTHENTICATORS: AtomicU64 = AtomicU64::new(0);
 
 #[derive(Deserialize)]
 struct StandardClaims {
@@ -97,6 +137,7 @@ impl Authenticator {
             keys: JwksCache::new(config.issuer.clone(), config.jwks_url.clone(), http),
             algorithms: config.algorithms.iter().map(|a| algorithm(*a)).collect(),
             config: config.clone(),
+            id: AUTHENTICATORS.fetch_add(1, Ordering::Relaxed) + 1,
         }
     }
 
@@ -126,6 +167,18 @@ impl Authenticator {
             www_authenticate: resource.challenge(&self.config.required_scopes, None),
             reason: "a bearer token is required".into(),
         })?;
+        // Without configured audiences, a token is for the request's resource URI.
+        let audience = self.config.audiences.is_empty().then(|| resource.uri());
+        let now = jsonwebtoken::get_current_timestamp();
+        let probe = verified::Probe {
+            authenticator: self.id,
+            keys: self.keys.current(),
+            audience,
+            token,
+        };
+        if let Some((user, grants)) = verified::recall(&probe, now) {
+            return Ok(Principal::granted(user, grants));
+        }
         let invalid = |why: &str| GatewayError::Unauthorized {
             www_authenticate: resource.challenge(&self.config.required_scopes, Some(why)),
             reason: why.to_owned(),
@@ -198,14 +251,30 @@ impl Authenticator {
                 missing,
             });
         }
+        let window = validity(&claims, self.config.clock_skew.as_secs());
         let user: Arc<str> = user_key(&iss, &sub).into();
-        Ok(Principal {
-            budget: user.clone(),
-            user,
-            scopes,
-            claims,
-        })
+        let grants = Arc::new(Grants { scopes, claims });
+        if let Some(window) = window {
+            let checked = verified::Probe {
+                keys: key_set.generation(),
+                ..probe
+            };
+            verified::remember(&checked, window, &user, &grants);
+        }
+        Ok(Principal::granted(user, grants))
     }
+}
+
+/// The unix seconds a validated token's claims make it valid for, both ends inclusive, with
+/// the check's leeway (`exp` is required, `nbf` optional); `None` when either is not a whole
+/// number of seconds the check could have read otherwise (such a token is not remembered).
+fn validity(claims: &Map<String, Value>, leeway: u64) -> Option<verified::Window> {
+    let until = claims.get("exp")?.as_u64()?.saturating_add(leeway);
+    let from = match claims.get("nbf") {
+        None => 0,
+        Some(nbf) => nbf.as_u64()?.saturating_sub(leeway),
+    };
+    Some(verified::Window { from, until })
 }
 
 /// The token of `Authorization: Bearer <token>` (scheme case-insensitive), if any. The header

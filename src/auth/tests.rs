@@ -40,10 +40,16 @@ fn bearer_parsing() {
 
 #[test]
 fn claims_match_strings_arrays_and_scalars() {
-    let mut p = Principal::anonymous();
-    p.claims =
+    let claims =
         serde_json::from_str(r#"{"groups":["eng","ops"],"dept":"eng","admin":true,"level":3}"#)
             .unwrap();
+    let p = Principal::granted(
+        "u-test".into(),
+        Arc::new(Grants {
+            scopes: Default::default(),
+            claims,
+        }),
+    );
     assert!(p.has_claim("groups", "ops"));
     assert!(!p.has_claim("groups", "sales"));
     assert!(p.has_claim("dept", "eng"));

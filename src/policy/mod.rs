@@ -46,7 +46,7 @@ impl ToolPolicies {
                 return Decision::Hidden;
             }
             for scope in &rule.scopes {
-                if !principal.scopes.contains(scope) && !missing.contains(scope) {
+                if !principal.scopes().contains(scope) && !missing.contains(scope) {
                     missing.push(scope.clone());
                 }
             }
@@ -123,10 +123,13 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn principal(scopes: &[&str], claims: serde_json::Value) -> Principal {
-        let mut p = Principal::anonymous();
-        p.scopes = scopes.iter().map(|s| s.to_string()).collect();
-        p.claims = claims.as_object().cloned().unwrap_or_default();
-        p
+        Principal::granted(
+            "u-test".into(),
+            std::sync::Arc::new(crate::auth::Grants {
+                scopes: scopes.iter().map(|s| s.to_string()).collect(),
+                claims: claims.as_object().cloned().unwrap_or_default(),
+            }),
+        )
     }
 
     #[test]

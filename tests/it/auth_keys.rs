@@ -230,13 +230,19 @@ async fn while_the_key_set_is_down_unknown_keys_get_503_every_time_then_recover(
     gw.stop().await;
 }
 
-#[tokio::test]
-async fn stale_keys_are_served_while_they_are_refreshed() {
+/// Keys `k1` (published) and `k2` (not yet), a key server whose provider says its keys may be
+/// cached for one second, and a gateway taking its keys from it, with its endpoint.
+async fn keys_cached_for_a_second() -> (TestKey, TestKey, KeyServer, TestGateway, String) {
     let (k1, k2) = (TestKey::generate("k1"), TestKey::generate("k2"));
     let server = KeyServer::start(jwks(&[&k1])).await;
-    // The provider says its keys may be cached for one second.
     server.keys_mode(Mode::Serve, Some("public, max-age=1"));
     let (gw, url) = gateway(&server).await;
+    (k1, k2, server, gw, url)
+}
+
+#[tokio::test]
+async fn stale_keys_are_served_while_they_are_refreshed() {
+    let (k1, k2, server, gw, url) = keys_cached_for_a_second().await;
     let good = k1.token(server.issuer(), &url, json!({}));
     assert_eq!(initialize(&url, &good).await.status, 200);
     assert_eq!(server.keys().requests(), 1);
@@ -311,4 +317,96 @@ async fn oversized_key_sets_and_metadata_are_refused() {
     assert_eq!(discovered.keys().requests(), 0);
     gw.stop().await;
     gw2.stop().await;
+}
+
+/// The `WWW-Authenticate` of a 401 names `reason`.
+fn assert_refused_for(a: &Answer, reason: &str, what: &str) {
+    assert_eq!(a.status, 401, "{what}: {a:?}");
+    let challenge = a.www_authenticate.as_deref().unwrap_or_default();
+    assert!(
+        challenge.contains(&format!("error_description=\"{reason}\"")),
+        "{what}: {challenge}"
+    );
+}
+
+/// Validated tokens are remembered (`auth::verified`), and only as long as the check would pass:
+/// a remembered token is refused from the second its `exp` passes, and a token with the same
+/// header and claims but a signature that is not the key's is refused while its twin passes.
+#[tokio::test]
+async fn a_remembered_token_is_refused_once_it_expires_and_its_forged_twin_never_passes() {
+    let k1 = TestKey::generate("k1");
+    let server = KeyServer::start(jwks(&[&k1])).await;
+    let (gw, url) = gateway(&server).await;
+    let mut claims = crate::support::jws::claims(server.issuer(), &url);
+    let exp = claims["iat"].as_u64().expect("iat") + 6;
+    claims["exp"] = json!(exp);
+    let token = k1.sign(
+        &json!({"alg": "ES256", "typ": "at+jwt", "kid": "k1"}),
+        &claims,
+    );
+    // More requests than the gateway has worker threads: each thread checks it once, then
+    // recalls it.
+    for n in 0..8 {
+        let a = initialize(&url, &token).await;
+        assert_eq!(a.status, 200, "request {n} within the token's life: {a:?}");
+    }
+    let forged = crate::support::oidc::corrupt_signature(&token);
+    for n in 0..4 {
+        let a = initialize(&url, &forged).await;
+        assert_refused_for(
+            &a,
+            "the token's signature is invalid",
+            &format!("forged twin {n}"),
+        );
+    }
+    // Clock skew 0: from `exp` + 1 s on, every request is refused.
+    let past = std::time::UNIX_EPOCH + Duration::from_secs(exp + 1);
+    if let Ok(wait) = past.duration_since(std::time::SystemTime::now()) {
+        tokio::time::sleep(wait).await;
+    }
+    for n in 0..8 {
+        let a = initialize(&url, &token).await;
+        assert_refused_for(
+            &a,
+            "the token has expired",
+            &format!("after exp, request {n}"),
+        );
+    }
+    gw.stop().await;
+}
+
+/// A key the issuer withdraws stops the tokens it signed once the gateway has loaded the new
+/// key set, remembered or not: a remembered token counts only against the set that checked it.
+#[tokio::test]
+async fn a_withdrawn_key_stops_its_remembered_tokens_with_the_next_key_set() {
+    let (k1, k2, server, gw, url) = keys_cached_for_a_second().await;
+    let old = k1.token(server.issuer(), &url, json!({}));
+    for n in 0..8 {
+        let a = initialize(&url, &old).await;
+        assert_eq!(a.status, 200, "request {n} before the rotation: {a:?}");
+    }
+    assert_eq!(server.keys().requests(), 1);
+
+    // k1 withdrawn: the stale set is refreshed in the background and k1's token is refused
+    // as soon as the new set is in use.
+    server.publish(jwks(&[&k2]));
+    tokio::time::sleep(PAST_RATE_LIMIT).await;
+    let mut refused = None;
+    for _ in 0..100 {
+        let a = initialize(&url, &old).await;
+        if a.status != 200 {
+            refused = Some(a);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let refused = refused.expect("the withdrawn key's token is refused after the refresh");
+    assert_unknown_key(&refused, "the withdrawn key's token");
+    assert_eq!(server.keys().requests(), 2, "one refresh");
+    for n in 0..8 {
+        assert_unknown_key(&initialize(&url, &old).await, &format!("afterwards, {n}"));
+    }
+    let new = k2.token(server.issuer(), &url, json!({}));
+    assert_eq!(initialize(&url, &new).await.status, 200);
+    gw.stop().await;
 }
