@@ -23,10 +23,11 @@
 # builds the plain release gateway.
 FROM rust:1.95-slim-bookworm AS build
 # The profile-guided build's tools: llvm-profdata of rustc's LLVM (rustup's llvm-tools), and
-# what its training load runs (redis-server, python3 for the load scripts).
+# what its training load runs (redis-server, python3 for the load scripts, openssl for the
+# authenticated target's token issuer).
 RUN rustup component add llvm-tools \
     && apt-get update \
-    && apt-get install -y --no-install-recommends python3 redis-server \
+    && apt-get install -y --no-install-recommends openssl python3 redis-server \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Dependencies first, so source edits do not rebuild them.
@@ -52,7 +53,7 @@ COPY migrations ./migrations
 COPY demo-server/src ./demo-server/src
 # The training load: the load generator and its scripts, and the profile-guided build.
 COPY loadtest/src ./loadtest/src
-COPY loadtest/lib.sh loadtest/compare.sh ./loadtest/
+COPY loadtest/lib.sh loadtest/compare.sh loadtest/issuer.py ./loadtest/
 COPY scripts/build-pgo.sh ./scripts/build-pgo.sh
 ARG PGO=1
 RUN touch src/main.rs src/lib.rs alloc/src/lib.rs demo-server/src/main.rs demo-server/src/lib.rs \

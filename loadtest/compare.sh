@@ -63,7 +63,8 @@ declare -A TARGET=([direct]="$UPSTREAM")
 declare -A CPU=([direct]="--cpu upstream=$UP_PID")
 declare -A ADMIN=()
 # $1 = target name, $2 = store YAML, $3 = upstream YAML, $4 = gateway binary (default this
-# build's), $5 = the tenant's limits (flow map, default none); sets TARGET[$1]
+# build's), $5 = the tenant's limits (flow map, default none), $6 = more of the tenant's YAML
+# (its `auth`); sets TARGET[$1]
 gateway() {
     local label="$1" bin="${4:-$GW}" limits="" port aport; port="$(free_port)"; aport="$(free_port)"
     # Every session of the load comes from one address: the per-user session cap
@@ -83,6 +84,7 @@ sessions:
 tenants:
   - name: load
 $limits
+${6:-}
     upstreams:
       - $3
 YAML
@@ -136,14 +138,29 @@ else
     echo "compare: nginx is not installed; the reference row (a plain reverse proxy) is left out" >&2
 fi
 
+# The authenticated path (gateway-auth, base-auth): the tenant checks every request's access
+# token, an RS256 JWT (RSA-2048) whose key set `issuer.py` serves on 127.0.0.1, as a host's
+# requests carry one in production; the load sends it with each request.
+declare -A AUTH_ARGS=()
+start_issuer() {
+    command -v openssl >/dev/null || { echo "compare: openssl is needed for the gateway-auth target (apt-get install openssl)" >&2; exit 1; }
+    local iport; iport="$(free_port)"
+    mkdir -p "$WORK/issuer"
+    python3 "$REPO/loadtest/issuer.py" "$WORK/issuer" "$iport" "https://issuer.load.test" \
+        "https://load.test/mcp" 2>"$WORK/issuer.log" &
+    PIDS+=("$!")
+    wait_port "$iport"
+    [[ -s "$WORK/issuer/token" ]] || { echo "compare: issuer.py wrote no token" >&2; cat "$WORK/issuer.log" >&2; exit 1; }
+    AUTH_YAML="    auth: {issuer: \"https://issuer.load.test\", jwks_url: \"http://127.0.0.1:$iport/jwks\", audiences: [\"https://load.test/mcp\"], algorithms: [RS256]}"
+}
 HTTP_UP="{name: demo, http: {url: \"$UPSTREAM\"}}"
 STDIO_UP="{name: demo, stdio: {command: \"$DEMO\", args: [--stdio], sharing: shared, pool_size: 2}}"
 # $1 = key prefix, $2 = extra settings (e.g. "events: fast")
 redis_store() { echo "{redis: {url: \"redis://127.0.0.1:$RPORT\", prefix: $1${2:+, $2}}}"; }
 ORDER=(direct)
 if [[ -n "$NGINX" ]]; then ORDER+=(nginx); fi
-ORDER+=(gateway-memory gateway-redis gateway-redis-fast gateway-stdio)
-if [[ -n "${SY_BASELINE:-}" ]]; then ORDER+=(base-memory base-redis base-stdio); fi
+ORDER+=(gateway-memory gateway-redis gateway-redis-fast gateway-stdio gateway-auth)
+if [[ -n "${SY_BASELINE:-}" ]]; then ORDER+=(base-memory base-redis base-stdio base-auth); fi
 if [[ -n "${LIMITS:-}" ]]; then ORDER+=(limited-memory limited-redis); fi
 if [[ -n "${ONLY:-}" ]]; then
     ONLY_ORDER=(direct)
@@ -160,6 +177,15 @@ if wanted gateway-stdio; then gateway gateway-stdio memory "$STDIO_UP"; fi
 if wanted base-memory; then gateway base-memory memory "$HTTP_UP" "$SY_BASELINE"; fi
 if wanted base-redis; then gateway base-redis "$(redis_store base)" "$HTTP_UP" "$SY_BASELINE"; fi
 if wanted base-stdio; then gateway base-stdio memory "$STDIO_UP" "$SY_BASELINE"; fi
+if wanted gateway-auth || wanted base-auth; then start_issuer; fi
+if wanted gateway-auth; then
+    gateway gateway-auth memory "$HTTP_UP" "$GW" "" "$AUTH_YAML"
+    AUTH_ARGS[gateway-auth]="--bearer-file $WORK/issuer/token"
+fi
+if wanted base-auth; then
+    gateway base-auth memory "$HTTP_UP" "$SY_BASELINE" "" "$AUTH_YAML"
+    AUTH_ARGS[base-auth]="--bearer-file $WORK/issuer/token"
+fi
 if wanted limited-memory; then gateway limited-memory memory "$HTTP_UP" "$GW" "$LIMITS"; fi
 if wanted limited-redis; then gateway limited-redis "$(redis_store lim)" "$HTTP_UP" "$GW" "$LIMITS"; fi
 
@@ -179,8 +205,9 @@ measure() { # $1 = load name, $2.. = sy-load args
                 redis-cli -p "$RPORT" INFO commandstats >"$OUT/$load.$t.$round.cmdstats-before"
                 curl -s "${ADMIN[$t]}/metrics" >"$OUT/$load.$t.$round.metrics-before" || true
             fi
-            # shellcheck disable=SC2086 # CPU holds separate arguments
-            "$LOAD" calls --url "${TARGET[$t]}" --seconds "$SECONDS_RUN" --warmup 1 ${CPU[$t]} "$@" \
+            # shellcheck disable=SC2086 # CPU and AUTH_ARGS hold separate arguments
+            "$LOAD" calls --url "${TARGET[$t]}" --seconds "$SECONDS_RUN" --warmup 1 ${CPU[$t]} \
+                ${AUTH_ARGS[$t]:-} "$@" \
                 >"$OUT/$load.$t.$round.json"
             # Redis targets: the commands the run cost (warm-up and session setup included).
             if [[ -n "$before" ]]; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A profile-guided release build of the gateway (PGO). An instrumented build of the gateway
 # runs the side-by-side load (loadtest/compare.sh: memory and Redis stores, an HTTP and a stdio
-# upstream; plain calls at saturation and at a paced rate, calls streamed over SSE with
+# upstream, a tenant checking access tokens; plain calls at saturation and at a paced rate, calls streamed over SSE with
 # progress), the counts it wrote are merged, and the release build is made again with them, so
 # the compiler lays out and inlines the code by how a forwarded call actually runs. Same
 # source, same behaviour; measured in README, Performance ("A profile-guided build").
@@ -10,7 +10,8 @@
 #
 # Needs llvm-profdata of the LLVM version rustc is built on (`rustc -vV`): rustup's
 # `llvm-tools` component, or Debian's `llvm-<major>` package (rustc 1.95: LLVM 22,
-# `apt-get install llvm-22`); the load needs redis-server (scripts/install-test-deps.sh).
+# `apt-get install llvm-22`); the load needs redis-server (scripts/install-test-deps.sh) and
+# openssl (the authenticated target's token issuer).
 # Environment: PGO_SECONDS (seconds per load in training, default 3), LLVM_PROFDATA (the tool).
 # Two release builds from nothing (~6 min each on two cores) and ~1 min of load.
 set -euo pipefail
@@ -54,7 +55,7 @@ RUSTFLAGS="-Cprofile-generate=$OUT/raw" CARGO_TARGET_DIR="$OUT/gen" \
 
 echo "build-pgo: training (loadtest/compare.sh ${PGO_SECONDS:-3} 1 with the instrumented gateway)" >&2
 LLVM_PROFILE_FILE="$OUT/raw/%p-%m.profraw" SY_GATEWAY="$OUT/gen/$HOST/release/switchyard" \
-    ONLY="gateway-memory gateway-redis gateway-redis-fast gateway-stdio" OUT="$OUT/train" \
+    ONLY="gateway-memory gateway-redis gateway-redis-fast gateway-stdio gateway-auth" OUT="$OUT/train" \
     bash loadtest/compare.sh "${PGO_SECONDS:-3}" 1 >&2
 shopt -s nullglob
 raw=("$OUT"/raw/*.profraw)

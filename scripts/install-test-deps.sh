@@ -13,6 +13,8 @@
 #                       Debian's redis-server binary has it, no redis-sentinel package needed)
 #   redis-cli           from Debian's redis-tools (a dependency of redis-server), only if
 #                       missing (the cluster tests create their Redis Cluster with it)
+#   openssl             from Debian packages, only if missing (the loadtest smoke's token
+#                       issuer, loadtest/issuer.py)
 #   chromium            from Debian packages, only if missing (the headless browser of
 #                       the CORS test, tests/it/cors.rs)
 #   target/peers/k8s-venv/    python3 venv with tests/peers/requirements-k8s.txt
@@ -130,7 +132,7 @@ apt_as_root() {
 ensure_package() {
     local label="$1" package="$2" command="$3" limit="$4" bin
     if bin="$(command -v "$command" 2>/dev/null)" || { [[ -x "/usr/bin/$command" ]] && bin="/usr/bin/$command"; }; then
-        log "$label: present ($bin, $("$bin" --version 2>/dev/null | head -1))"
+        log "$label: present ($bin, $({ "$bin" --version || "$bin" version; } 2>/dev/null | head -1))"
         return
     fi
     local -a apt
@@ -243,6 +245,8 @@ install_promtool() {
 install_js
 install_py
 ensure_redis
+# openssl: the loadtest smoke's token issuer (loadtest/issuer.py) makes its key and signs with it.
+ensure_package openssl openssl openssl 600
 ensure_chromium
 install_k8s
 install_promtool

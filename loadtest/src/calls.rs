@@ -31,6 +31,8 @@ pub struct Plan {
     /// Processes whose CPU time during the measured window is reported per call (the
     /// gateway, the upstream): a figure a busy shared machine does not blur.
     pub cpu_pids: Vec<(String, u32)>,
+    /// An access token every request carries (`Authorization: Bearer`).
+    pub bearer: Option<String>,
 }
 
 /// What one session measured after the warm-up.
@@ -45,7 +47,15 @@ struct Tally {
 }
 
 pub async fn run(plan: Plan) -> Result<Value, String> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(token) = &plan.bearer {
+        let value = format!("Bearer {token}")
+            .parse::<reqwest::header::HeaderValue>()
+            .map_err(|_| "the bearer token is not a header value".to_owned())?;
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
     let http = reqwest::Client::builder()
+        .default_headers(headers)
         .timeout(Duration::from_secs(30))
         .pool_max_idle_per_host(plan.sessions)
         .tcp_nodelay(true)

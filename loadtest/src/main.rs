@@ -11,9 +11,9 @@
 //! pay for what is set up once (allocator pages of each size, tables, code paged in).
 //!
 //! `sy-load calls --url U --sessions N --seconds S [--rate R] [--tool T --arguments JSON]
-//! [--progress]` runs N sessions calling a tool (see `calls.rs`) and reports throughput,
-//! latency percentiles and errors. The same command measures an upstream directly and the
-//! gateway in front of it.
+//! [--progress] [--bearer-file F]` runs N sessions calling a tool (see `calls.rs`) and reports
+//! throughput, latency percentiles and errors. The same command measures an upstream directly
+//! and the gateway in front of it (with `--bearer-file`, a tenant that checks access tokens).
 //!
 //! `sy-load streams --url U --count N [--pid P] [--hold S]` opens N sessions with their GET
 //! SSE streams at once, holds them, and reports memory per stream and streams lost.
@@ -94,6 +94,10 @@ enum Command {
         /// (repeatable), e.g. gateway=1234.
         #[arg(long = "cpu")]
         cpu: Vec<String>,
+        /// A file holding an access token: every request carries it as
+        /// `Authorization: Bearer` (a tenant with `auth`).
+        #[arg(long)]
+        bearer_file: Option<std::path::PathBuf>,
     },
     /// N connections that never finish a request head: when the gateway closes them.
     Slowloris {
@@ -232,10 +236,15 @@ async fn main() -> std::process::ExitCode {
             list,
             batch,
             cpu,
-        } => match (serde_json::from_str(&arguments), parse_pids(&cpu)) {
-            (Err(e), _) => Err(format!("--arguments is not JSON: {e}")),
-            (_, Err(e)) => Err(e),
-            (Ok(arguments), Ok(cpu_pids)) => {
+            bearer_file,
+        } => match (
+            serde_json::from_str(&arguments),
+            parse_pids(&cpu),
+            read_bearer(bearer_file.as_deref()),
+        ) {
+            (Err(e), _, _) => Err(format!("--arguments is not JSON: {e}")),
+            (_, Err(e), _) | (_, _, Err(e)) => Err(e),
+            (Ok(arguments), Ok(cpu_pids), Ok(bearer)) => {
                 calls::run(calls::Plan {
                     url,
                     sessions: sessions.max(1),
@@ -248,6 +257,7 @@ async fn main() -> std::process::ExitCode {
                     list,
                     batch: batch.max(1),
                     cpu_pids,
+                    bearer,
                 })
                 .await
             }
@@ -450,6 +460,17 @@ impl RedisProbe {
             }
             cursor = next;
         }
+    }
+}
+
+/// The token of `--bearer-file` (surrounding blanks trimmed), if one was named.
+fn read_bearer(path: Option<&std::path::Path>) -> Result<Option<String>, String> {
+    let Some(path) = path else { return Ok(None) };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--bearer-file {}: {e}", path.display()))?;
+    match text.trim() {
+        "" => Err(format!("--bearer-file {}: empty", path.display())),
+        token => Ok(Some(token.to_owned())),
     }
 }
 
