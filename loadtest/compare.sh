@@ -2,7 +2,8 @@
 # Side by side in one run: the same tools/call workload against the demo upstream over HTTP
 # directly, through a plain reverse proxy for reference (nginx, when installed), then through
 # the gateway (in-memory store, Redis store — durable SSE events, the default, and
-# `events: fast` — and a stdio upstream), and the ratios. Two loads: saturation (closed loop,
+# `events: fast` — a stdio upstream, and a tenant checking the access token every request
+# carries: gateway-auth), and the ratios. Two loads: saturation (closed loop,
 # as fast as answers come) and a moderate paced rate (latency added by the gateway), plus
 # SSE-streamed calls with progress (and, when LOADS names it, `streamed-paced`: those at the
 # moderate rate, for the latency a streamed call gets).
@@ -23,7 +24,7 @@
 # stopped on exit. The JSON reports are kept in $OUT (default target/loadtest/compare).
 #
 # Before/after a change, in the same interleaved rounds: SY_BASELINE=<gateway binary> (e.g. a
-# build from before it, copied out of target/) adds base-memory, base-redis and base-stdio, that build in
+# build from before it, copied out of target/) adds base-memory, base-redis, base-stdio and base-auth, that build in
 # front of the same upstream; LIMITS='<flow map>' (a tenant's `limits:`, e.g. "{requests_per_user:
 # {rate: 1000000/s}}") adds limited-memory and limited-redis, this build with those limits.
 # ONLY='<targets>' measures just those (and direct, the reference), e.g. ONLY="gateway-memory

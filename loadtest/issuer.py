@@ -59,12 +59,12 @@ def main() -> None:
         def log_message(self, *args) -> None:
             pass
 
-    server = http.server.HTTPServer(("127.0.0.1", port), Jwks)
+    # The token is in place before the port listens: whoever waits for the port finds it.
     token = os.path.join(work, "token")
     with open(token + ".tmp", "w") as f:
         f.write(f"{header}.{claims}.{b64url(signature)}\n")
     os.replace(token + ".tmp", token)
-    server.serve_forever()
+    http.server.HTTPServer(("127.0.0.1", port), Jwks).serve_forever()
 
 
 if __name__ == "__main__":
