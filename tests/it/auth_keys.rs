@@ -329,6 +329,19 @@ fn assert_refused_for(a: &Answer, reason: &str, what: &str) {
     );
 }
 
+/// Sends an `initialize` with `token` every 50 ms until one is not answered 200 (that answer),
+/// at most 100 times.
+async fn first_refusal(url: &str, token: &str) -> Option<Answer> {
+    for _ in 0..100 {
+        let a = initialize(url, token).await;
+        if a.status != 200 {
+            return Some(a);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
 /// Validated tokens are remembered (`auth::verified`), and only as long as the check would pass:
 /// a remembered token is refused from the second its `exp` passes, and a token with the same
 /// header and claims but a signature that is not the key's is refused while its twin passes.
@@ -391,16 +404,9 @@ async fn a_withdrawn_key_stops_its_remembered_tokens_with_the_next_key_set() {
     // as soon as the new set is in use.
     server.publish(jwks(&[&k2]));
     tokio::time::sleep(PAST_RATE_LIMIT).await;
-    let mut refused = None;
-    for _ in 0..100 {
-        let a = initialize(&url, &old).await;
-        if a.status != 200 {
-            refused = Some(a);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let refused = refused.expect("the withdrawn key's token is refused after the refresh");
+    let refused = first_refusal(&url, &old)
+        .await
+        .expect("the withdrawn key's token is refused after the refresh");
     assert_unknown_key(&refused, "the withdrawn key's token");
     assert_eq!(server.keys().requests(), 2, "one refresh");
     for n in 0..8 {
@@ -409,4 +415,58 @@ async fn a_withdrawn_key_stops_its_remembered_tokens_with_the_next_key_set() {
     let new = k2.token(server.issuer(), &url, json!({}));
     assert_eq!(initialize(&url, &new).await.status, 200);
     gw.stop().await;
+}
+
+/// A reload that tightens a tenant's `auth` is not bypassed by tokens the previous
+/// authenticator remembered: a gateway process, its tenant reloaded (SIGHUP) to require a
+/// scope the token lacks, answers the same token 403 `insufficient_scope` from then on.
+#[tokio::test]
+async fn a_reload_that_tightens_auth_is_not_bypassed_by_remembered_tokens() {
+    // No in-process gateway here to install it for the test's HTTP clients.
+    switchyard::app::install_crypto_provider();
+    let k1 = TestKey::generate("k1");
+    let server = KeyServer::start(jwks(&[&k1])).await;
+    let dir = crate::support::TempDir::new("auth-reload");
+    let port = crate::support::peers::free_port();
+    let exe = crate::support::config::demo_server_exe()
+        .display()
+        .to_string();
+    let config = |scopes: &str| {
+        format!(
+            "listen: 127.0.0.1:{port}\ntenants:\n  - name: acme\n    auth: {{issuer: \"{}\", jwks_url: \"{}\", algorithms: [ES256], clock_skew: 0s, required_scopes: [{scopes}]}}\n    upstreams:\n      - {{name: demo, stdio: {{command: \"{exe}\", args: [--stdio]}}}}\n",
+            server.issuer(),
+            server.jwks_url()
+        )
+    };
+    let path = dir.path("gateway.yaml");
+    std::fs::write(&path, config("mcp")).expect("config");
+    let gw =
+        crate::support::process::GatewayProcess::run(&path, port, &["--reload-poll", "0"], "acme")
+            .await;
+    let url = gw.url("acme");
+    // Scope `mcp` only.
+    let token = k1.token(server.issuer(), &url, json!({}));
+    for n in 0..8 {
+        let a = initialize(&url, &token).await;
+        assert_eq!(a.status, 200, "request {n} before the reload: {a:?}");
+    }
+
+    std::fs::write(&path, config("mcp, admin")).expect("config");
+    gw.signal(nix::sys::signal::Signal::SIGHUP);
+    let refused = first_refusal(&url, &token)
+        .await
+        .expect("the reloaded tenant refuses the token");
+    for (n, a) in std::iter::once(refused)
+        .chain(futures_util::future::join_all((0..8).map(|_| initialize(&url, &token))).await)
+        .enumerate()
+    {
+        assert_eq!(a.status, 403, "after the reload, request {n}: {a:?}");
+        let challenge = a.www_authenticate.as_deref().unwrap_or_default();
+        assert!(
+            challenge.contains("insufficient_scope") && challenge.contains("admin"),
+            "after the reload, request {n}: {challenge}"
+        );
+    }
+    let log = gw.stop().await;
+    assert!(log.contains("SIGHUP: reloading the config"), "{log}");
 }
