@@ -94,13 +94,29 @@ fn assert_unavailable(a: &Answer, what: &str) {
     assert!(a.retry_after.is_some(), "{what}: 503 without Retry-After");
 }
 
-fn assert_unknown_key(a: &Answer, what: &str) {
+/// A 401 whose `WWW-Authenticate` names `reason`.
+fn assert_refused_for(a: &Answer, reason: &str, what: &str) {
     assert_eq!(a.status, 401, "{what}: {a:?}");
     let challenge = a.www_authenticate.as_deref().unwrap_or_default();
     assert!(
-        challenge.contains("error_description=\"the token was signed with an unknown key\""),
+        challenge.contains(&format!("error_description=\"{reason}\"")),
         "{what}: {challenge}"
     );
+}
+
+fn assert_unknown_key(a: &Answer, what: &str) {
+    assert_refused_for(a, "the token was signed with an unknown key", what);
+}
+
+/// Sends `times` `initialize`s with `token`, one after another, and checks each answer.
+async fn each_answer(url: &str, token: &str, times: usize, check: impl Fn(&Answer, &str)) {
+    for n in 0..times {
+        check(&initialize(url, token).await, &format!("request {n}"));
+    }
+}
+
+fn assert_accepted(a: &Answer, what: &str) {
+    assert_eq!(a.status, 200, "{what}: {a:?}");
 }
 
 /// Four tokens whose keys are not cached yet, all sent while the key set is being fetched.
@@ -319,16 +335,6 @@ async fn oversized_key_sets_and_metadata_are_refused() {
     gw2.stop().await;
 }
 
-/// The `WWW-Authenticate` of a 401 names `reason`.
-fn assert_refused_for(a: &Answer, reason: &str, what: &str) {
-    assert_eq!(a.status, 401, "{what}: {a:?}");
-    let challenge = a.www_authenticate.as_deref().unwrap_or_default();
-    assert!(
-        challenge.contains(&format!("error_description=\"{reason}\"")),
-        "{what}: {challenge}"
-    );
-}
-
 /// Sends an `initialize` with `token` every 50 ms until one is not answered 200 (that answer),
 /// at most 100 times.
 async fn first_refusal(url: &str, token: &str) -> Option<Answer> {
@@ -359,32 +365,25 @@ async fn a_remembered_token_is_refused_once_it_expires_and_its_forged_twin_never
     );
     // More requests than the gateway has worker threads: each thread checks it once, then
     // recalls it.
-    for n in 0..8 {
-        let a = initialize(&url, &token).await;
-        assert_eq!(a.status, 200, "request {n} within the token's life: {a:?}");
-    }
+    each_answer(&url, &token, 8, assert_accepted).await;
     let forged = crate::support::oidc::corrupt_signature(&token);
-    for n in 0..4 {
-        let a = initialize(&url, &forged).await;
+    each_answer(&url, &forged, 4, |a, what| {
         assert_refused_for(
-            &a,
+            a,
             "the token's signature is invalid",
-            &format!("forged twin {n}"),
+            &format!("forged, {what}"),
         );
-    }
+    })
+    .await;
     // Clock skew 0: from `exp` + 1 s on, every request is refused.
     let past = std::time::UNIX_EPOCH + Duration::from_secs(exp + 1);
     if let Ok(wait) = past.duration_since(std::time::SystemTime::now()) {
         tokio::time::sleep(wait).await;
     }
-    for n in 0..8 {
-        let a = initialize(&url, &token).await;
-        assert_refused_for(
-            &a,
-            "the token has expired",
-            &format!("after exp, request {n}"),
-        );
-    }
+    each_answer(&url, &token, 8, |a, what| {
+        assert_refused_for(a, "the token has expired", &format!("after exp, {what}"));
+    })
+    .await;
     gw.stop().await;
 }
 
@@ -394,10 +393,7 @@ async fn a_remembered_token_is_refused_once_it_expires_and_its_forged_twin_never
 async fn a_withdrawn_key_stops_its_remembered_tokens_with_the_next_key_set() {
     let (k1, k2, server, gw, url) = keys_cached_for_a_second().await;
     let old = k1.token(server.issuer(), &url, json!({}));
-    for n in 0..8 {
-        let a = initialize(&url, &old).await;
-        assert_eq!(a.status, 200, "request {n} before the rotation: {a:?}");
-    }
+    each_answer(&url, &old, 8, assert_accepted).await;
     assert_eq!(server.keys().requests(), 1);
 
     // k1 withdrawn: the stale set is refreshed in the background and k1's token is refused
@@ -409,9 +405,7 @@ async fn a_withdrawn_key_stops_its_remembered_tokens_with_the_next_key_set() {
         .expect("the withdrawn key's token is refused after the refresh");
     assert_unknown_key(&refused, "the withdrawn key's token");
     assert_eq!(server.keys().requests(), 2, "one refresh");
-    for n in 0..8 {
-        assert_unknown_key(&initialize(&url, &old).await, &format!("afterwards, {n}"));
-    }
+    each_answer(&url, &old, 8, assert_unknown_key).await;
     let new = k2.token(server.issuer(), &url, json!({}));
     assert_eq!(initialize(&url, &new).await.status, 200);
     gw.stop().await;
@@ -446,10 +440,7 @@ async fn a_reload_that_tightens_auth_is_not_bypassed_by_remembered_tokens() {
     let url = gw.url("acme");
     // Scope `mcp` only.
     let token = k1.token(server.issuer(), &url, json!({}));
-    for n in 0..8 {
-        let a = initialize(&url, &token).await;
-        assert_eq!(a.status, 200, "request {n} before the reload: {a:?}");
-    }
+    each_answer(&url, &token, 8, assert_accepted).await;
 
     std::fs::write(&path, config("mcp, admin")).expect("config");
     gw.signal(nix::sys::signal::Signal::SIGHUP);
