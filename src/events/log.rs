@@ -473,13 +473,19 @@ impl StreamLog {
 /// Frames one event: `id`, optional `retry`, one `data` line (raw newlines in JSON are
 /// insignificant whitespace, so they become spaces).
 fn frame(id: &EventId, message: &[u8], retry: Option<Duration>) -> Bytes {
-    let id = id.to_string();
-    let mut buf = BytesMut::with_capacity(message.len() + id.len() + 32);
+    let stream = id.stream.as_str();
+    let mut seq = itoa::Buffer::new();
+    let seq = seq.format(id.seq);
+    let mut buf = BytesMut::with_capacity(message.len() + stream.len() + seq.len() + 48);
     buf.put_slice(b"id: ");
-    buf.put_slice(id.as_bytes());
+    buf.put_slice(stream.as_bytes());
+    buf.put_u8(b'.');
+    buf.put_slice(seq.as_bytes());
     buf.put_u8(b'\n');
     if let Some(r) = retry {
-        buf.put_slice(format!("retry: {}\n", r.as_millis()).as_bytes());
+        buf.put_slice(b"retry: ");
+        buf.put_slice(itoa::Buffer::new().format(r.as_millis()).as_bytes());
+        buf.put_u8(b'\n');
     }
     buf.put_slice(b"data: ");
     push_data(&mut buf, message);
@@ -499,10 +505,11 @@ fn frame_message(message: &[u8]) -> Bytes {
 fn push_data(buf: &mut BytesMut, message: &[u8]) {
     let start = buf.len();
     buf.put_slice(message);
-    for b in &mut buf[start..] {
-        if *b == b'\n' || *b == b'\r' {
-            *b = b' ';
-        }
+    let data = &mut buf[start..];
+    let mut at = 0;
+    while let Some(i) = memchr::memchr2(b'\n', b'\r', &data[at..]) {
+        data[at + i] = b' ';
+        at += i + 1;
     }
     buf.put_slice(b"\n\n");
 }

@@ -206,3 +206,21 @@ fn a_stream_that_ended_takes_nothing() {
     assert!(!l.append(b"{}", true));
     assert_eq!(l.read_after(&mut 0, &mut Vec::new()), Read::Done);
 }
+
+#[test]
+fn a_frame_is_one_data_line_whatever_line_breaks_the_message_has() {
+    let id = EventId::new(StreamId::from("s-1"), 70_007);
+    let framed = frame(
+        &id,
+        b"{\r\n\"a\":\r1,\n\"b\":\"x\"}\n",
+        Some(Duration::ZERO),
+    );
+    assert_eq!(
+        &framed[..],
+        b"id: s-1.70007\nretry: 0\ndata: {  \"a\": 1, \"b\":\"x\"} \n\n"
+    );
+    assert_eq!(
+        &frame(&id, b"{}", None)[..],
+        format!("id: {id}\ndata: {{}}\n\n").as_bytes()
+    );
+}

@@ -144,7 +144,14 @@ impl SessionEvents {
             StreamKind::Post => 'p',
             StreamKind::Get => 'g',
         };
-        let id = StreamId(format!("{}-{letter}{n}", owner.replica).into());
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(n);
+        let mut text = String::with_capacity(owner.replica.len() + 2 + digits.len());
+        text.push_str(owner.replica);
+        text.push('-');
+        text.push(letter);
+        text.push_str(digits);
+        let id = StreamId(text.into());
         let log = Arc::new(StreamLog::new(id.clone(), kind, self.limits.per_stream));
         if let Some((redis, session)) = owner.mirror {
             log.set_mirror(redis.mirror(session, id.as_str()));
@@ -220,6 +227,7 @@ mod tests {
         );
         let c = ev.open(StreamKind::Get, owner());
         assert_eq!(c.id.kind(), Some(StreamKind::Get));
+        assert_eq!(c.id.as_str(), "r1-g3");
         // The finished stream made room; the live one stays.
         assert!(ev.find(&EventId::new(a.id.clone(), 1)).is_none());
         b.append(b"{}", false);

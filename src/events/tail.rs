@@ -72,12 +72,19 @@ pub fn tail(
                     if skipped > 0 {
                         tracing::debug!(stream = %log.id, skipped, "a client fell behind the stream's window; it continues with the events still recorded");
                     }
-                    // What is ready goes out as one chunk: fewer writes, same bytes.
-                    let mut chunk = BytesMut::with_capacity(fresh.iter().map(Bytes::len).sum());
-                    for e in &fresh {
-                        chunk.put_slice(e);
-                    }
-                    r.ready = Some(chunk.freeze());
+                    // What is ready goes out as one chunk: fewer writes, same bytes (one event
+                    // as it was framed, not copied).
+                    r.ready = Some(match fresh.len() {
+                        1 => fresh.swap_remove(0),
+                        _ => {
+                            let mut chunk =
+                                BytesMut::with_capacity(fresh.iter().map(Bytes::len).sum());
+                            for e in &fresh {
+                                chunk.put_slice(e);
+                            }
+                            chunk.freeze()
+                        }
+                    });
                     continue;
                 }
                 Read::Done => return None,

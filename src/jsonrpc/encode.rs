@@ -3,10 +3,24 @@
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use super::Outcome;
+use super::{Outcome, RawObject};
 
+/// Appends `s` as a JSON string: as it is, in quotes, when nothing in it needs an escape (a
+/// method name nearly always), else as serde_json escapes it.
 fn push_str_json(buf: &mut Vec<u8>, s: &str) {
-    serde_json::to_writer(&mut *buf, s).expect("writing to a Vec cannot fail");
+    if plain_json_str(s) {
+        buf.push(b'"');
+        buf.extend_from_slice(s.as_bytes());
+        buf.push(b'"');
+    } else {
+        serde_json::to_writer(&mut *buf, s).expect("writing to a Vec cannot fail");
+    }
+}
+
+/// Whether `s` is a JSON string's content as it is: no control characters, quotes or
+/// backslashes (anything else, non-ASCII included, is written unescaped by JSON writers).
+pub(super) fn plain_json_str(s: &str) -> bool {
+    s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\')
 }
 
 /// `{"jsonrpc":"2.0","id":<id>,"method":<method>,"params":<params>}`
@@ -33,6 +47,18 @@ pub fn notification(method: &str, params: Option<&RawValue>) -> Vec<u8> {
         buf.extend_from_slice(b",\"params\":");
         buf.extend_from_slice(p.get().as_bytes());
     }
+    buf.push(b'}');
+    buf
+}
+
+/// Like [`notification`], with params an object being edited, written straight into the
+/// message (not made up apart first).
+pub fn notification_with(method: &str, params: &RawObject<'_>) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(48 + method.len() + params.text_len());
+    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+    push_str_json(&mut buf, method);
+    buf.extend_from_slice(b",\"params\":");
+    params.write_into(&mut buf);
     buf.push(b'}');
     buf
 }

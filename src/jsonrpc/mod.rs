@@ -9,8 +9,8 @@ mod scan;
 pub mod strict;
 
 pub use encode::{
-    error_body, error_response, notification, request, response_with_id, result_prefix,
-    result_response,
+    error_body, error_response, notification, notification_with, request, response_with_id,
+    result_prefix, result_response,
 };
 pub use object::RawObject;
 pub use parse::{
@@ -76,7 +76,7 @@ pub fn to_owned_raw(raw: &RawValue) -> Box<RawValue> {
 
 /// Raw JSON for an unsigned integer id.
 pub fn raw_u64(n: u64) -> Box<RawValue> {
-    RawValue::from_string(n.to_string()).expect("an integer is valid JSON")
+    serde_json::value::to_raw_value(&n).expect("an integer serializes")
 }
 
 /// Raw JSON for a parsed value.
@@ -86,8 +86,7 @@ pub fn raw_json(v: &serde_json::Value) -> Box<RawValue> {
 
 /// Raw JSON for a string (quoted and escaped).
 pub fn raw_string(s: &str) -> Box<RawValue> {
-    RawValue::from_string(serde_json::to_string(s).expect("strings always serialize"))
-        .expect("a serialized string is valid JSON")
+    serde_json::value::to_raw_value(s).expect("strings always serialize")
 }
 
 #[cfg(test)]

@@ -81,29 +81,73 @@ impl<'a> RawObject<'a> {
 
     /// Serializes back to JSON; untouched members are copied byte for byte.
     pub fn to_vec(&self) -> Vec<u8> {
-        let cap = self
-            .members
+        self.to_text().into_bytes()
+    }
+
+    /// The object as raw JSON, made up once and not read again (its members are raw values
+    /// already, its names written as JSON strings).
+    pub fn to_raw(&self) -> Box<RawValue> {
+        super::scan::owned_raw(self.to_text())
+    }
+
+    /// The length of the object's JSON text when no name needs an escape (a capacity).
+    pub fn text_len(&self) -> usize {
+        self.members
             .iter()
             .map(|(k, v)| k.len() + v.get().len() + 4)
             .sum::<usize>()
-            + 2;
-        let mut buf = Vec::with_capacity(cap);
-        buf.push(b'{');
-        for (i, (k, v)) in self.members.iter().enumerate() {
-            if i > 0 {
-                buf.push(b',');
-            }
-            serde_json::to_writer(&mut buf, k.as_ref()).expect("writing to a Vec cannot fail");
-            buf.push(b':');
-            buf.extend_from_slice(v.get().as_bytes());
-        }
-        buf.push(b'}');
-        buf
+            + 2
     }
 
-    pub fn to_raw(&self) -> Box<RawValue> {
-        let text = String::from_utf8(self.to_vec()).expect("JSON output is UTF-8");
-        RawValue::from_string(text).expect("members were valid JSON")
+    /// Appends the object's JSON text to `buf` (a message being written around it).
+    pub fn write_into(&self, buf: &mut Vec<u8>) {
+        self.write(buf);
+    }
+
+    /// The object's JSON text.
+    fn to_text(&self) -> String {
+        let mut text = String::with_capacity(self.text_len());
+        self.write(&mut text);
+        text
+    }
+
+    /// `{`, each `"name":value`, `}`, no blanks added.
+    fn write(&self, out: &mut impl Text) {
+        out.put("{");
+        for (i, (k, v)) in self.members.iter().enumerate() {
+            if i > 0 {
+                out.put(",");
+            }
+            if super::encode::plain_json_str(k) {
+                out.put("\"");
+                out.put(k);
+                out.put("\"");
+            } else {
+                out.put(&serde_json::to_string(k.as_ref()).expect("strings always serialize"));
+            }
+            out.put(":");
+            out.put(v.get());
+        }
+        out.put("}");
+    }
+}
+
+/// Where an object's text is written: a `String` (kept UTF-8 without a check) or bytes.
+trait Text {
+    fn put(&mut self, s: &str);
+}
+
+impl Text for String {
+    #[inline]
+    fn put(&mut self, s: &str) {
+        self.push_str(s);
+    }
+}
+
+impl Text for Vec<u8> {
+    #[inline]
+    fn put(&mut self, s: &str) {
+        self.extend_from_slice(s.as_bytes());
     }
 }
 
@@ -160,6 +204,42 @@ mod tests {
         let obj = RawObject::parse(&raw).unwrap();
         assert_eq!(obj.get("a\"b").unwrap().get(), "1");
         assert_eq!(obj.to_raw().get(), r#"{"a\"b":1}"#);
+    }
+
+    #[test]
+    fn names_are_escaped_only_where_json_needs_it() {
+        let names = [
+            "plain",
+            "é ünï",
+            "a\"b",
+            "back\\slash",
+            "tab\there",
+            "\u{1f}",
+            "del\u{7f}",
+        ];
+        let mut obj = RawObject::default();
+        for name in names {
+            obj.set_owned(name.to_owned(), crate::jsonrpc::raw_u64(1));
+        }
+        let raw = obj.to_raw();
+        assert!(
+            raw.get()
+                .starts_with(r#"{"plain":1,"é ünï":1,"a\"b":1,"back\\slash":1,"tab\t"#),
+            "{}",
+            raw.get()
+        );
+        // Written into a message, the same text.
+        for method in ["notifications/progress", "odd \"method\""] {
+            assert_eq!(
+                crate::jsonrpc::notification_with(method, &obj),
+                crate::jsonrpc::notification(method, Some(&raw))
+            );
+        }
+        // Read back, every name is itself again.
+        let back = RawObject::parse(&raw).unwrap();
+        for name in names {
+            assert_eq!(back.get(name).map(RawValue::get), Some("1"), "{name:?}");
+        }
     }
 
     #[test]

@@ -526,6 +526,21 @@ fn borrowed_raw(text: &str) -> Option<&RawValue> {
         .or_else(|| serde_json::from_str(text).ok())
 }
 
+/// serde_json's owned raw value for `text`, which the caller made up as one whole JSON value
+/// from raw values and strings it wrote itself, by the same form as [`borrowed_raw`]: the text
+/// is copied once and not read again (`RawValue::from_string` reads it all to check it).
+/// Should serde_json ever change that form, `from_string` is asked instead.
+pub(super) fn owned_raw(text: String) -> Box<RawValue> {
+    debug_assert!(
+        serde_json::from_str::<&RawValue>(&text).is_ok_and(|v| v.get().len() == text.len()),
+        "not one whole JSON value: {text}"
+    );
+    match <Box<RawValue> as de::Deserialize>::deserialize(RawText(&text)) {
+        Ok(raw) => raw,
+        Err(_) => RawValue::from_string(text).expect("made up as valid JSON"),
+    }
+}
+
 /// The name serde_json's raw value travels under between its reader and its `Deserialize`.
 const RAW_TOKEN: &str = "$serde_json::private::RawValue";
 
@@ -746,6 +761,15 @@ mod tests {
         let text = r#"{"a":[1,2]}"#;
         let raw = <&RawValue as de::Deserialize>::deserialize(RawText(text)).unwrap();
         assert!(std::ptr::eq(raw.get(), text));
+    }
+
+    #[test]
+    fn an_owned_raw_value_is_made_without_reading_the_text_again() {
+        // serde_json's own form is taken for the owned value too (not the fallback).
+        let text = r#"{"a":[1,"\u00e9"],"b":{}}"#;
+        let raw = <Box<RawValue> as de::Deserialize>::deserialize(RawText(text)).unwrap();
+        assert_eq!(raw.get(), text);
+        assert_eq!(owned_raw(text.to_owned()).get(), text);
     }
 
     #[test]

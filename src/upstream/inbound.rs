@@ -278,7 +278,7 @@ impl Connection {
                 return;
             };
             obj.set("progressToken", token.clone());
-            let out = jsonrpc::notification("notifications/progress", Some(&obj.to_raw()));
+            let out = jsonrpc::notification_with("notifications/progress", &obj);
             let _ = slot.sink.send(StreamEvent::Progress(Bytes::from(out)));
         });
     }
@@ -297,7 +297,7 @@ impl Connection {
             return;
         };
         obj.set("requestId", client_id);
-        let out = jsonrpc::notification("notifications/cancelled", Some(&obj.to_raw()));
+        let out = jsonrpc::notification_with("notifications/cancelled", &obj);
         session.deliver_unsolicited(Bytes::from(out));
     }
 

@@ -109,12 +109,11 @@ pub(super) fn rewrite_meta<'a>(
             }
         }
     }
-    let meta = meta.to_raw();
-    let mut obj = match params {
-        Some(p) => RawObject::parse(p).map_err(|_| GatewayError::Internal)?,
-        None => RawObject::default(),
-    };
-    obj.set("_meta", meta);
+    let meta_raw = meta.to_raw();
+    drop(meta);
+    // The params as read above (not read again), with the new `_meta`.
+    let mut obj = parsed.unwrap_or_default();
+    obj.set("_meta", meta_raw);
     Ok((Some(obj.to_raw()), token))
 }
 

@@ -1,6 +1,8 @@
 //! Incremental Server-Sent Events parser for upstream streams (WHATWG event-stream rules:
 //! `data`, `id`, `event`, `retry` fields, comments, CR/LF/CRLF line ends), with a size bound.
 
+use std::borrow::Cow;
+
 use bytes::{Buf, Bytes, BytesMut};
 
 /// One dispatched event.
@@ -9,7 +11,7 @@ pub struct SseEvent {
     /// The `data` lines joined with `\n`.
     pub data: Bytes,
     /// The `event` field, when given.
-    pub event: Option<String>,
+    pub event: Option<Cow<'static, str>>,
     /// The `id` field of this event, when given.
     pub id: Option<String>,
     /// A `retry` field (milliseconds), when given.
@@ -28,7 +30,7 @@ pub struct SseParser {
     buf: BytesMut,
     data: BytesMut,
     has_data: bool,
-    event: Option<String>,
+    event: Option<Cow<'static, str>>,
     id: Option<String>,
     retry: Option<u64>,
     limit: usize,
@@ -67,26 +69,30 @@ impl SseParser {
                 }
                 self.skip_lf = false;
             }
-            let Some(end) = self.buf.iter().position(|&b| b == b'\n' || b == b'\r') else {
+            let Some(end) = memchr::memchr2(b'\n', b'\r', &self.buf) else {
                 if self.buf.len() + self.data.len() > self.limit {
                     return Err(EventTooLarge { limit: self.limit });
                 }
                 self.release();
                 return Ok(None);
             };
-            let line = self.buf.split_to(end).freeze();
-            let terminator = self.buf[0];
-            self.buf.advance(1);
-            if terminator == b'\r' {
-                self.skip_lf = true;
-            }
-            if line.is_empty() {
+            let terminator = self.buf[end];
+            if end == 0 {
+                self.buf.advance(1);
+                self.skip_lf = terminator == b'\r';
                 if let Some(ev) = self.dispatch() {
                     return Ok(Some(ev));
                 }
                 continue;
             }
-            self.field(&line)?;
+            // The line is read where it is (its data copied out), then stepped over: nothing
+            // is split off the buffer, which would make it shared.
+            let buf = std::mem::take(&mut self.buf);
+            let read = self.field(&buf[..end]);
+            self.buf = buf;
+            read?;
+            self.buf.advance(end + 1);
+            self.skip_lf = terminator == b'\r';
         }
     }
 
@@ -126,7 +132,9 @@ impl SseParser {
                     return Err(EventTooLarge { limit: self.limit });
                 }
             }
-            b"event" => self.event = Some(String::from_utf8_lossy(value).into_owned()),
+            // The usual type is not copied.
+            b"event" if value == b"message" => self.event = Some(Cow::Borrowed("message")),
+            b"event" => self.event = Some(Cow::Owned(String::from_utf8_lossy(value).into_owned())),
             // An id containing NUL is ignored (WHATWG rule).
             b"id" if !value.contains(&0) => {
                 self.id = Some(String::from_utf8_lossy(value).into_owned());
