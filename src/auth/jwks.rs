@@ -142,9 +142,7 @@ impl JwksCache {
     /// as checked against this set (`verified`) is taken while it is current.
     pub fn current(&self) -> u64 {
         let set = self.inner.keys.load();
-        if set.fresh_until.is_some() && set.stale(Instant::now()) {
-            self.inner.revalidate();
-        }
+        self.inner.revalidate_if_stale(&set);
         set.generation
     }
 
@@ -158,9 +156,7 @@ impl JwksCache {
     ) -> Result<Arc<KeySet>, GatewayError> {
         let set = self.inner.keys.load_full();
         if set.matching(kid, alg).next().is_some() {
-            if set.stale(Instant::now()) {
-                self.inner.revalidate();
-            }
+            self.inner.revalidate_if_stale(&set);
             return Ok(set);
         }
         match self.inner.refreshed().await {
@@ -174,6 +170,14 @@ impl Inner {
     fn state(&self) -> MutexGuard<'_, RefreshState> {
         // Nothing panics while the lock is held; if something did, the state is still whole.
         self.refresh.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts a background refresh when the loaded `set` is stale; it stays in use meanwhile
+    /// (stale-while-revalidate). A set never loaded is left alone: its users wait for a load.
+    fn revalidate_if_stale(self: &Arc<Self>, set: &KeySet) {
+        if set.fresh_until.is_some() && set.stale(Instant::now()) {
+            self.revalidate();
+        }
     }
 
     /// Starts a background refresh of a stale set unless one runs or the rate limit says no.
