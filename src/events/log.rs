@@ -473,14 +473,10 @@ impl StreamLog {
 /// Frames one event: `id`, optional `retry`, one `data` line (raw newlines in JSON are
 /// insignificant whitespace, so they become spaces).
 fn frame(id: &EventId, message: &[u8], retry: Option<Duration>) -> Bytes {
-    let stream = id.stream.as_str();
-    let mut seq = itoa::Buffer::new();
-    let seq = seq.format(id.seq);
-    let mut buf = BytesMut::with_capacity(message.len() + stream.len() + seq.len() + 48);
+    // The id's sequence number takes at most 20 digits.
+    let mut buf = BytesMut::with_capacity(message.len() + id.stream.as_str().len() + 68);
     buf.put_slice(b"id: ");
-    buf.put_slice(stream.as_bytes());
-    buf.put_u8(b'.');
-    buf.put_slice(seq.as_bytes());
+    id.put(&mut buf);
     buf.put_u8(b'\n');
     if let Some(r) = retry {
         buf.put_slice(b"retry: ");

@@ -89,6 +89,17 @@ impl EventId {
     }
 }
 
+impl EventId {
+    /// Appends the id's text (as [`fmt::Display`] writes it) to `buf`, without `core::fmt`:
+    /// every event framed carries one.
+    pub fn put(&self, buf: &mut bytes::BytesMut) {
+        use bytes::BufMut;
+        buf.put_slice(self.stream.as_str().as_bytes());
+        buf.put_u8(b'.');
+        buf.put_slice(itoa::Buffer::new().format(self.seq).as_bytes());
+    }
+}
+
 impl fmt::Display for EventId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}", self.stream, self.seq)

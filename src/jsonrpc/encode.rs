@@ -6,21 +6,34 @@ use serde_json::value::RawValue;
 use super::{Outcome, RawObject};
 
 /// Appends `s` as a JSON string: as it is, in quotes, when nothing in it needs an escape (a
-/// method name nearly always), else as serde_json escapes it.
-fn push_str_json(buf: &mut Vec<u8>, s: &str) {
-    if plain_json_str(s) {
-        buf.push(b'"');
-        buf.extend_from_slice(s.as_bytes());
-        buf.push(b'"');
+/// method or member name nearly always), else as serde_json escapes it.
+pub(super) fn push_str_json(out: &mut impl Text, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.put("\"");
+        out.put(s);
+        out.put("\"");
     } else {
-        serde_json::to_writer(&mut *buf, s).expect("writing to a Vec cannot fail");
+        out.put(&serde_json::to_string(s).expect("strings always serialize"));
     }
 }
 
-/// Whether `s` is a JSON string's content as it is: no control characters, quotes or
-/// backslashes (anything else, non-ASCII included, is written unescaped by JSON writers).
-pub(super) fn plain_json_str(s: &str) -> bool {
-    s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\')
+/// Where JSON text is written: a `String` (kept UTF-8 without a check) or bytes.
+pub(super) trait Text {
+    fn put(&mut self, s: &str);
+}
+
+impl Text for String {
+    #[inline]
+    fn put(&mut self, s: &str) {
+        self.push_str(s);
+    }
+}
+
+impl Text for Vec<u8> {
+    #[inline]
+    fn put(&mut self, s: &str) {
+        self.extend_from_slice(s.as_bytes());
+    }
 }
 
 /// `{"jsonrpc":"2.0","id":<id>,"method":<method>,"params":<params>}`

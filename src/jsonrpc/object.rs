@@ -7,6 +7,8 @@ use std::fmt;
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
+use super::encode::{Text, push_str_json};
+
 /// Members in their original order; values borrowed from the input until replaced.
 #[derive(Debug, Clone, Default)]
 pub struct RawObject<'a> {
@@ -118,36 +120,11 @@ impl<'a> RawObject<'a> {
             if i > 0 {
                 out.put(",");
             }
-            if super::encode::plain_json_str(k) {
-                out.put("\"");
-                out.put(k);
-                out.put("\"");
-            } else {
-                out.put(&serde_json::to_string(k.as_ref()).expect("strings always serialize"));
-            }
+            push_str_json(out, k);
             out.put(":");
             out.put(v.get());
         }
         out.put("}");
-    }
-}
-
-/// Where an object's text is written: a `String` (kept UTF-8 without a check) or bytes.
-trait Text {
-    fn put(&mut self, s: &str);
-}
-
-impl Text for String {
-    #[inline]
-    fn put(&mut self, s: &str) {
-        self.push_str(s);
-    }
-}
-
-impl Text for Vec<u8> {
-    #[inline]
-    fn put(&mut self, s: &str) {
-        self.extend_from_slice(s.as_bytes());
     }
 }
 
