@@ -103,10 +103,11 @@ impl Gateway {
                 }
             }
             BusMessage::Ended { .. } => {
-                let gateway = self.clone();
-                tokio::spawn(async move {
-                    gateway.drop_local(&tenant, &session.key, Ending::End).await;
-                });
+                // Out of the directory before the next bus message is read (a request here is
+                // answered 404 from now on); its upstream links close in a task of their own.
+                if let Some(s) = Gateway::take_local(&tenant, &session.key) {
+                    tokio::spawn(async move { s.close_as(Ending::End).await });
+                }
             }
             BusMessage::Resume { .. }
             | BusMessage::Resumed { .. }

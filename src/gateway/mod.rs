@@ -340,14 +340,21 @@ impl Gateway {
     /// Closes the live state of a session on this replica only (and its 2024-11-05 stream, if
     /// held here).
     async fn drop_local(&self, tenant: &Tenant, key: &SessionKey, ending: Ending) -> bool {
-        tenant.directory.legacy_streams.finish(&key.id, &key.user);
-        match tenant.directory.remove(&key.id) {
+        match Self::take_local(tenant, key) {
             Some(s) => {
                 s.close_as(ending).await;
                 true
             }
             None => false,
         }
+    }
+
+    /// Takes a session's live state out of this replica's directory (and finishes its
+    /// 2024-11-05 stream, if held here), so the next request here no longer finds it; the
+    /// caller closes what it returns.
+    fn take_local(tenant: &Tenant, key: &SessionKey) -> Option<Arc<LiveSession>> {
+        tenant.directory.legacy_streams.finish(&key.id, &key.user);
+        tenant.directory.remove(&key.id)
     }
 
     /// Ends sessions idle for longer than the TTL (no request, no open stream), and keeps the

@@ -198,15 +198,11 @@ async fn three_replicas_continue_one_upstream_session_and_delete_ends_it_everywh
         "only the other session's record is left: {left:?}"
     );
     for c in &clients {
-        let mut status = 0;
-        for _ in 0..50 {
-            status = c.request("ping", json!({})).await.status;
-            if status == 404 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert_eq!(status, 404, "the session ended on every replica within 1s");
+        let r = c.ping_until_ended().await;
+        assert_eq!(
+            r.status, 404,
+            "the session ended on every replica within 1s: {r:?}"
+        );
     }
     // ... and only that session.
     assert_eq!(other.request("ping", json!({})).await.status, 200);

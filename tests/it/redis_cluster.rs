@@ -205,11 +205,11 @@ async fn check_migrate_and_sessions_spread_over_the_primaries_across_replicas() 
     }
     assert!(refused_at.is_some(), "the bucket of 6 never ran dry");
 
-    // Ending a session on B ends it on A too.
+    // Ending a session on B ends it on A too, as soon as A gets the broadcast.
     let ended = continuing(b.url("t"), &sessions[0]);
     assert_eq!(ended.delete().await.status, 200);
-    let r = sessions[0].request("ping", json!({})).await;
-    assert_eq!(r.status, 404, "{r:?}");
+    let r = sessions[0].ping_until_ended().await;
+    assert_eq!(r.status, 404, "the session ended on A within 1s: {r:?}");
     for gw in [&a, &b] {
         let ready = reqwest::get(format!("http://{}/readyz", gw.addr))
             .await

@@ -176,6 +176,20 @@ impl RawClient {
         self.request("tools/call", json!({"name": name, "arguments": arguments}))
             .await
     }
+
+    /// Pings until the session is gone here (404) or a second has passed, and returns the
+    /// last reply: a session ended on another replica ends here when the broadcast arrives.
+    pub async fn ping_until_ended(&self) -> Reply {
+        let mut reply = self.request("ping", json!({})).await;
+        for _ in 0..50 {
+            if reply.status == 404 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            reply = self.request("ping", json!({})).await;
+        }
+        reply
+    }
 }
 
 pub async fn into_reply(resp: reqwest::Response) -> Reply {
