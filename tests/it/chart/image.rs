@@ -2,8 +2,9 @@
 //! building them (no base image can be pulled where the tests run): hadolint finds nothing,
 //! the build context lets in what the Dockerfile copies and not target/, the runtimes target's
 //! Node is the test peers' pinned one and every download is checked against a pin, caches are
-//! on the writable /tmp, the default config is the chart's default, and the targets and tags
-//! are the ones the chart selects with `image.variant`.
+//! on the writable /tmp, the default config is the chart's default, the targets and tags
+//! are the ones the chart selects with `image.variant`, and the build stage has what the
+//! profile-guided build (`scripts/build-pgo.sh`) reads and runs.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -314,4 +315,224 @@ fn targets_users_and_tags_are_the_ones_the_chart_selects() {
     ] {
         assert!(readme.contains(&command), "README.md lacks `{command}`");
     }
+}
+
+/// The profile-guided build runs in the image's build stage (a `docker build` is not run
+/// here): everything its training reads from the repository — `scripts/build-pgo.sh`, the load
+/// scripts it runs, what they source, and every workspace package, which their cargo builds
+/// need — is copied there, each to the path it has in the repository; the tools the scripts
+/// require are installed; and what the script writes is what the stage copies into the image.
+#[test]
+fn the_build_stage_has_what_the_profile_guided_build_reads() {
+    let dockerfile = Dockerfile::read();
+    let mut copied = BTreeSet::new();
+    for copy in dockerfile.copies() {
+        if copy.stage != "build" || copy.from.is_some() {
+            continue;
+        }
+        // Relative to the WORKDIR; `./` and a path ending in `/` are directories.
+        let destination = copy
+            .destination
+            .strip_prefix("./")
+            .unwrap_or(&copy.destination);
+        for source in &copy.sources {
+            let file = source.rsplit('/').next().unwrap_or(source);
+            let landed = match destination.strip_suffix('/') {
+                _ if destination.is_empty() => file.to_owned(),
+                Some(dir) => format!("{dir}/{file}"),
+                None => destination.to_owned(),
+            };
+            assert_eq!(
+                &landed, source,
+                "COPY {source} {destination}: lands away from its repository path"
+            );
+            copied.insert(source.clone());
+        }
+    }
+    let is_copied = |path: &str| {
+        copied
+            .iter()
+            .any(|c| path == c || path.starts_with(&format!("{c}/")))
+    };
+
+    let mut reads = ScriptReads::default();
+    reads.follow("scripts/build-pgo.sh");
+    assert!(
+        reads.scripts.contains("loadtest/compare.sh") && reads.scripts.contains("loadtest/lib.sh"),
+        "the training's scripts were not found: {:?}",
+        reads.scripts
+    );
+    assert!(
+        reads.tools.contains("redis-server") && reads.tools.contains("python3"),
+        "{:?}",
+        reads.tools
+    );
+    for path in &reads.scripts {
+        assert!(
+            is_copied(path),
+            "{path} is read by the profile-guided build but not copied"
+        );
+    }
+    let members = workspace_members();
+    for package in &reads.packages {
+        assert!(
+            members.iter().any(|(_, name)| name == package),
+            "`-p {package}` is not a workspace package: {members:?}"
+        );
+    }
+    for (dir, _) in &members {
+        let at = |part: &str| match dir.as_str() {
+            "." => part.to_owned(),
+            _ => format!("{dir}/{part}"),
+        };
+        for part in ["Cargo.toml", "src"] {
+            assert!(
+                is_copied(&at(part)),
+                "{} is not copied into the build stage",
+                at(part)
+            );
+        }
+    }
+
+    let runs: Vec<&str> = dockerfile.in_stage("build", "RUN").collect();
+    let installs = runs
+        .iter()
+        .find(|r| r.contains("apt-get install"))
+        .expect("the build stage installs packages");
+    for tool in &reads.tools {
+        let package = if tool == "redis-server" || tool == "openssl" || tool == "python3" {
+            tool.as_str()
+        } else {
+            panic!("the profile-guided build requires {tool}: name its Debian package here")
+        };
+        assert!(
+            installs.split_whitespace().any(|w| w == package),
+            "the build stage does not install {package}, which the training requires"
+        );
+    }
+    // llvm-profdata: rustup's llvm-tools, looked for where rustup puts it.
+    assert!(
+        runs.iter()
+            .any(|r| r.contains("rustup component add llvm-tools"))
+    );
+    let script = read("scripts/build-pgo.sh");
+    assert!(script.contains("$(rustc --print sysroot)/lib/rustlib/$HOST/bin/llvm-profdata"));
+    // The script's output is the binary the stage puts where the image copies from.
+    assert!(script.contains("OUT=\"$REPO/target/pgo\"") && script.contains("\"$OUT/switchyard\""));
+    let build = runs
+        .iter()
+        .find(|r| r.contains("scripts/build-pgo.sh"))
+        .expect("the build stage runs scripts/build-pgo.sh");
+    assert!(
+        build.contains(
+            "bash scripts/build-pgo.sh && cp target/pgo/switchyard target/release/switchyard"
+        ),
+        "{build}"
+    );
+    assert!(
+        dockerfile
+            .variables("build", "ARG")
+            .iter()
+            .any(|(k, v)| k == "PGO" && v == "1"),
+        "the image is profile-guided by default (ARG PGO=1)"
+    );
+}
+
+/// What shell scripts read from the repository, followed from one: the scripts they run or
+/// source, the packages their `cargo build`s name (`-p`), and the tools they require (a
+/// `command -v <tool> >/dev/null ||` check, or `python3` run).
+#[derive(Debug, Default)]
+struct ScriptReads {
+    scripts: BTreeSet<String>,
+    packages: BTreeSet<String>,
+    tools: BTreeSet<String>,
+}
+
+impl ScriptReads {
+    fn follow(&mut self, script: &str) {
+        if !self.scripts.insert(script.to_owned()) {
+            return;
+        }
+        let dir = script.rsplit_once('/').map_or("", |(d, _)| d);
+        // Continuation lines joined; what an `echo` says (advice in messages) is not run.
+        let text = read(script).replace("\\\n", " ");
+        for line in text.lines().map(str::trim) {
+            if line.starts_with('#') {
+                continue;
+            }
+            let line = line.split("echo ").next().unwrap_or_default();
+            // `source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" …`: beside the script.
+            if let Some(rest) = line.split("${BASH_SOURCE[0]}\")/").nth(1) {
+                let name: String = rest.chars().take_while(|c| *c != '"').collect();
+                if line.starts_with("source ") {
+                    self.follow(&format!("{dir}/{name}"));
+                }
+            }
+            let words: Vec<&str> = line
+                .split(|c: char| c.is_whitespace() || c == '"' || c == '\'')
+                .filter(|w| !w.is_empty())
+                .collect();
+            for (i, word) in words.iter().enumerate() {
+                let path = word.trim_start_matches("$REPO/");
+                let in_repo = ["loadtest/", "scripts/"]
+                    .iter()
+                    .any(|d| path.starts_with(d));
+                if in_repo && (path.ends_with(".sh") || path.ends_with(".py")) {
+                    assert!(
+                        repo().join(path).exists(),
+                        "{script} names {path}: no such file"
+                    );
+                    if path.ends_with(".sh") {
+                        self.follow(path);
+                    } else {
+                        self.scripts.insert(path.to_owned());
+                    }
+                }
+                if *word == "-p"
+                    && line.contains("cargo build")
+                    && let Some(package) = words.get(i + 1)
+                {
+                    self.packages.insert((*package).to_owned());
+                }
+                if *word == "python3" {
+                    self.tools.insert("python3".into());
+                }
+                if *word == "-v"
+                    && i > 0
+                    && words[i - 1].ends_with("command")
+                    && words.get(i + 2) == Some(&">/dev/null")
+                    && words.get(i + 3) == Some(&"||")
+                    && let Some(tool) = words.get(i + 1)
+                {
+                    self.tools.insert((*tool).to_owned());
+                }
+            }
+        }
+    }
+}
+
+/// The workspace's members (directory, package name), from the root manifest.
+fn workspace_members() -> Vec<(String, String)> {
+    let root = read("Cargo.toml");
+    let line = root
+        .lines()
+        .find(|l| l.starts_with("members = ["))
+        .expect("Cargo.toml lists the workspace's members on one line");
+    line.split('"')
+        .skip(1)
+        .step_by(2)
+        .map(|dir| {
+            let manifest = match dir {
+                "." => "Cargo.toml".to_owned(),
+                d => format!("{d}/Cargo.toml"),
+            };
+            let name = read(&manifest)
+                .lines()
+                .find_map(|l| l.strip_prefix("name = \""))
+                .and_then(|n| n.strip_suffix('"'))
+                .unwrap_or_else(|| panic!("{manifest} names no package"))
+                .to_owned();
+            (dir.to_owned(), name)
+        })
+        .collect()
 }
