@@ -64,16 +64,25 @@ impl Keys {
     /// two (tenant, user, id) triples share a key (a user `a:b` with id `c` is not user `a`
     /// with id `b:c`) and the hash tag always spans the whole triple.
     fn tag(key: &SessionKey) -> String {
-        let mut t =
-            String::with_capacity(key.tenant.len() + key.user.len() + key.id.as_str().len() + 4);
-        t.push('{');
-        escape_into(&mut t, &key.tenant);
-        t.push(':');
-        escape_into(&mut t, &key.user);
-        t.push(':');
-        escape_into(&mut t, key.id.as_str());
-        t.push('}');
+        let mut t = String::with_capacity(Self::tag_len(key));
+        Self::tag_into(&mut t, key);
         t
+    }
+
+    /// The length of `tag(key)` when nothing needs an escape (a capacity).
+    fn tag_len(key: &SessionKey) -> usize {
+        key.tenant.len() + key.user.len() + key.id.as_str().len() + 4
+    }
+
+    /// Appends `tag(key)` to `out`.
+    fn tag_into(out: &mut String, key: &SessionKey) {
+        out.push('{');
+        escape_into(out, &key.tenant);
+        out.push(':');
+        escape_into(out, &key.user);
+        out.push(':');
+        escape_into(out, key.id.as_str());
+        out.push('}');
     }
 
     /// The session record (JSON), with the session's sliding TTL.
@@ -102,7 +111,14 @@ impl Keys {
 
     /// One SSE stream's recorded events (a Redis Stream, entry ids `0-<seq>`).
     pub fn events(&self, key: &SessionKey, stream: &str) -> String {
-        let mut k = format!("{}:v1:ev:{}:", self.prefix, Self::tag(key));
+        // Made per stream opened (each streamed call's): written in place, not formatted.
+        const KIND: &str = ":v1:ev:";
+        let len = self.prefix.len() + KIND.len() + Self::tag_len(key) + 1 + stream.len();
+        let mut k = String::with_capacity(len);
+        k.push_str(&self.prefix);
+        k.push_str(KIND);
+        Self::tag_into(&mut k, key);
+        k.push(':');
         escape_into(&mut k, stream);
         k
     }
@@ -211,6 +227,11 @@ impl Keys {
 }
 
 fn escape_into(out: &mut String, part: &str) {
+    // Most parts (ids, tenants, users) hold none of the four: copied whole.
+    if !part.bytes().any(|b| matches!(b, b'%' | b':' | b'{' | b'}')) {
+        out.push_str(part);
+        return;
+    }
     for c in part.chars() {
         match c {
             '%' => out.push_str("%25"),
@@ -314,5 +335,26 @@ mod tests {
         // A `}` in a user cannot end the hash tag early.
         let c = keys.session(&key("we}ird{", "z"));
         assert_eq!(c, "sy:v1:sess:{acme:we%7Dird%7B:z}");
+    }
+
+    #[test]
+    fn event_stream_keys_escape_every_part_and_fit_their_capacity() {
+        let key = |tenant: &str, user: &str| SessionKey {
+            tenant: tenant.into(),
+            user: user.into(),
+            id: SessionId::from_presented("abc").unwrap(),
+        };
+        let keys = Keys::new("sy");
+        let plain = keys.events(&key("acme", "u-1"), "s1");
+        assert_eq!(plain, "sy:v1:ev:{acme:u-1:abc}:s1");
+        assert_eq!(
+            plain.capacity(),
+            plain.len(),
+            "sized once when nothing is escaped"
+        );
+        assert_eq!(
+            keys.events(&key("a:b", "%u{}"), "s:2"),
+            "sy:v1:ev:{a%3Ab:%25u%7B%7D:abc}:s%3A2"
+        );
     }
 }

@@ -235,12 +235,36 @@ fn hash_tag(key: &str) -> &str {
         .unwrap_or(key)
 }
 
+/// A stream entry id, `0-<seq>`, written without `core::fmt` (at most 22 bytes).
+struct EntryId {
+    bytes: [u8; 22],
+    len: usize,
+}
+
+impl EntryId {
+    fn of(seq: u64) -> EntryId {
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(seq).as_bytes();
+        let mut bytes = [0u8; 22];
+        bytes[..2].copy_from_slice(b"0-");
+        bytes[2..2 + digits.len()].copy_from_slice(digits);
+        EntryId {
+            bytes,
+            len: 2 + digits.len(),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
 /// Sends `todo` in one pipeline and keeps in it what is still to be written. Returns how long
 /// to wait before the next attempt when Redis did not answer, or refused an event kept.
 async fn round_trip(shared: &Shared, todo: &mut Vec<Entry>) -> Option<Duration> {
     let now = shared.now_ms();
     let refresh_ms = u64::try_from(shared.refresh.as_millis()).unwrap_or(u64::MAX);
-    let mut pipe = redis::pipe();
+    let mut pipe = redis::Pipeline::with_capacity(todo.len() + 1);
     pipe.ignore_errors();
     // The streams whose TTL this round trip sets, after their events.
     let mut expiring: Vec<Arc<StreamCopy>> = Vec::new();
@@ -254,19 +278,23 @@ async fn round_trip(shared: &Shared, todo: &mut Vec<Entry>) -> Option<Duration> 
             stream.ttl_set_at.store(now, Ordering::Relaxed);
             expiring.push(stream.clone());
         }
-        let add = pipe.cmd("XADD").arg(&stream.key);
+        let framed = e.queued.event.framed.as_ref();
+        // Sized at once for its arguments (not grown as each is added).
+        let mut add = redis::Cmd::with_capacity(12, stream.key.len() + framed.len() + 64);
+        add.arg("XADD").arg(&stream.key);
         if !create {
             add.arg("NOMKSTREAM");
         }
         add.arg("MAXLEN")
             .arg("~")
             .arg(shared.max_len)
-            .arg(format!("0-{}", e.queued.event.seq))
+            .arg(EntryId::of(e.queued.event.seq).as_bytes())
             .arg("d")
-            .arg(e.queued.event.framed.as_ref());
+            .arg(framed);
         if e.queued.event.last {
             add.arg("f").arg(1);
         }
+        pipe.add_command(add);
     }
     for stream in &expiring {
         pipe.cmd("EXPIRE").arg(&stream.key).arg(shared.expire_secs);
@@ -479,6 +507,13 @@ mod tests {
         advance_watermarks(&[], &[(a.clone(), 9)]);
         assert_eq!(written(&a), 2);
         assert!(w.broken.load(Ordering::Acquire));
+    }
+
+    #[test]
+    fn entry_ids_are_zero_dash_the_sequence_number() {
+        for seq in [0, 7, 1_000, u64::MAX] {
+            assert_eq!(EntryId::of(seq).as_bytes(), format!("0-{seq}").as_bytes());
+        }
     }
 
     #[test]
