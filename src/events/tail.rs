@@ -3,12 +3,14 @@
 //! still holds (the newest events, the stream's last one always among them) instead of being
 //! cut off.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::Stream;
 use tokio::sync::watch;
+use tokio::time::Sleep;
 
 use super::log::{Read, StreamLog};
 
@@ -38,9 +40,12 @@ pub fn tail(
         .sse_streams
         .with_label_values(&[log.kind.label()])
         .inc();
+    let now = tokio::time::Instant::now();
     let state = Reader {
         guard: ReaderGuard(log),
         after,
+        keep_alive: Box::pin(tokio::time::sleep_until(now + end.keep_alive_every)),
+        give_up: Box::pin(tokio::time::sleep_until(now)),
         end,
         ready: None,
         finished: false,
@@ -53,6 +58,10 @@ pub fn tail(
         let log = r.guard.0.clone();
         loop {
             if let Some(b) = r.ready.take() {
+                // The next keep-alive is due a period after this chunk (a deadline moved
+                // later: no timer-wheel work).
+                let next = tokio::time::Instant::now() + r.end.keep_alive_every;
+                r.keep_alive.as_mut().reset(next);
                 return Some((Ok(b), r));
             }
             let notified = log.changed();
@@ -90,10 +99,16 @@ pub fn tail(
                 Read::Done => return None,
                 Read::Nothing => r.waiting_since = None,
                 Read::Unwritten => {
-                    let since = *r
-                        .waiting_since
-                        .get_or_insert_with(tokio::time::Instant::now);
                     let patience = log.patience().unwrap_or_default();
+                    let since = match r.waiting_since {
+                        Some(since) => since,
+                        None => {
+                            let now = tokio::time::Instant::now();
+                            r.waiting_since = Some(now);
+                            r.give_up.as_mut().reset(now + patience);
+                            now
+                        }
+                    };
                     if since.elapsed() >= patience {
                         tracing::warn!(stream = %log.id, waited_ms = patience.as_millis() as u64, "SSE events were not stored in Redis in time: the stream ends with a retry hint, and the client gets them when it resumes once Redis has them");
                         r.finished = true;
@@ -115,26 +130,20 @@ pub fn tail(
                 r.finished = true;
                 return Some((Ok(Bytes::from_static(b"retry: 500\n\n")), r));
             }
-            let give_up = r
-                .waiting_since
-                .map(|since| since + log.patience().unwrap_or_default());
+            let waiting = r.waiting_since.is_some();
             tokio::select! {
                 _ = &mut notified => {}
-                // Both `None` (a branch disabled) without a durable mirror or a wait.
+                // `None` (the branch disabled) without a durable mirror.
                 Some(()) = async {
                     written.as_mut().as_pin_mut()?.await;
                     Some(())
                 } => {}
-                Some(()) = async {
-                    tokio::time::sleep_until(give_up?).await;
-                    Some(())
-                } => {}
-                _ = tokio::time::sleep(r.end.keep_alive_every) => {
+                () = r.give_up.as_mut(), if waiting => {}
+                () = r.keep_alive.as_mut() => {
                     if let Some(f) = &r.end.on_keep_alive {
                         f();
                     }
-                    let ka = r.end.keep_alive.clone();
-                    return Some((Ok(ka), r));
+                    r.ready = Some(r.end.keep_alive.clone());
                 }
                 _ = r.end.shutdown.changed(), if !shutting_down => {}
             }
@@ -158,6 +167,12 @@ struct Reader {
     finished: bool,
     /// Since when events recorded after `after` wait for Redis (durable mirror).
     waiting_since: Option<tokio::time::Instant>,
+    /// When a keep-alive is due: a period after the last chunk. One timer for the body's
+    /// life, its deadline moved on (not a timer made and dropped at every wait).
+    keep_alive: Pin<Box<Sleep>>,
+    /// When a wait for Redis gives up (`waiting_since` plus the mirror's patience); polled
+    /// only during such a wait.
+    give_up: Pin<Box<Sleep>>,
 }
 
 /// One connected reader of a log, for as long as its body lives.
@@ -170,5 +185,73 @@ impl Drop for ReaderGuard {
             .sse_streams
             .with_label_values(&[self.0.kind.label()])
             .dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures_util::StreamExt;
+
+    use super::*;
+    use crate::events::{LogLimits, StreamId, StreamKind};
+
+    const KA: &[u8] = b": keep-alive\n\n";
+
+    /// Whether `took` is one keep-alive period (the timer's millisecond ticks allowed).
+    fn one_period(took: Duration) -> bool {
+        took >= Duration::from_secs(15) && took < Duration::from_millis(15_010)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keep_alives_come_a_period_after_the_last_chunk_and_the_last_event_ends_the_body() {
+        let log = Arc::new(StreamLog::new(
+            StreamId::from("abcd1234-1"),
+            StreamKind::Get,
+            LogLimits {
+                max_events: 10,
+                max_bytes: 1 << 20,
+            },
+        ));
+        let hooked = Arc::new(AtomicUsize::new(0));
+        let (_shutdown_tx, shutdown) = watch::channel(false);
+        let hook = hooked.clone();
+        let end = TailEnd {
+            keep_alive: Bytes::from_static(KA),
+            keep_alive_every: Duration::from_secs(15),
+            shutdown,
+            on_keep_alive: Some(Box::new(move || {
+                hook.fetch_add(1, Ordering::Relaxed);
+            })),
+        };
+        let body = tail(log.clone(), 0, end);
+        tokio::pin!(body);
+
+        // Idle: a keep-alive after one period, and the hook called with it.
+        let started = tokio::time::Instant::now();
+        assert_eq!(&body.next().await.unwrap().unwrap()[..], KA);
+        assert!(one_period(started.elapsed()), "{:?}", started.elapsed());
+        assert_eq!(hooked.load(Ordering::Relaxed), 1);
+
+        // An event ten seconds later goes out at once; the next keep-alive is due a period
+        // after it, not after the keep-alive before.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(log.append(b"{\"a\":1}", false));
+        let event = body.next().await.unwrap().unwrap();
+        assert_eq!(&event[..], b"id: abcd1234-1.1\ndata: {\"a\":1}\n\n");
+        let sent = tokio::time::Instant::now();
+        assert_eq!(&body.next().await.unwrap().unwrap()[..], KA);
+        assert!(one_period(sent.elapsed()), "{:?}", sent.elapsed());
+        assert_eq!(hooked.load(Ordering::Relaxed), 2);
+
+        assert!(log.append(b"{}", true));
+        let last = body.next().await.unwrap().unwrap();
+        assert_eq!(&last[..], b"id: abcd1234-1.2\ndata: {}\n\n");
+        assert!(
+            body.next().await.is_none(),
+            "the body ends after the last event"
+        );
     }
 }
