@@ -40,12 +40,11 @@ pub fn tail(
         .sse_streams
         .with_label_values(&[log.kind.label()])
         .inc();
-    let now = tokio::time::Instant::now();
     let state = Reader {
         guard: ReaderGuard(log),
         after,
-        keep_alive: Box::pin(tokio::time::sleep_until(now + end.keep_alive_every)),
-        give_up: Box::pin(tokio::time::sleep_until(now)),
+        keep_alive: None,
+        give_up: None,
         end,
         ready: None,
         finished: false,
@@ -60,8 +59,10 @@ pub fn tail(
             if let Some(b) = r.ready.take() {
                 // The next keep-alive is due a period after this chunk (a deadline moved
                 // later: no timer-wheel work).
-                let next = tokio::time::Instant::now() + r.end.keep_alive_every;
-                r.keep_alive.as_mut().reset(next);
+                if let Some(timer) = &mut r.keep_alive {
+                    let next = tokio::time::Instant::now() + r.end.keep_alive_every;
+                    timer.as_mut().reset(next);
+                }
                 return Some((Ok(b), r));
             }
             let notified = log.changed();
@@ -105,7 +106,12 @@ pub fn tail(
                         None => {
                             let now = tokio::time::Instant::now();
                             r.waiting_since = Some(now);
-                            r.give_up.as_mut().reset(now + patience);
+                            match &mut r.give_up {
+                                Some(timer) => timer.as_mut().reset(now + patience),
+                                None => {
+                                    r.give_up = Some(Box::pin(tokio::time::sleep(patience)));
+                                }
+                            }
                             now
                         }
                     };
@@ -131,15 +137,22 @@ pub fn tail(
                 return Some((Ok(Bytes::from_static(b"retry: 500\n\n")), r));
             }
             let waiting = r.waiting_since.is_some();
+            let every = r.end.keep_alive_every;
+            let keep_alive = r
+                .keep_alive
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(every)));
             tokio::select! {
                 _ = &mut notified => {}
-                // `None` (the branch disabled) without a durable mirror.
+                // Both `None` (a branch disabled) without a durable mirror or a wait.
                 Some(()) = async {
                     written.as_mut().as_pin_mut()?.await;
                     Some(())
                 } => {}
-                () = r.give_up.as_mut(), if waiting => {}
-                () = r.keep_alive.as_mut() => {
+                Some(()) = async {
+                    r.give_up.as_mut()?.as_mut().await;
+                    Some(())
+                }, if waiting => {}
+                () = keep_alive.as_mut() => {
                     if let Some(f) = &r.end.on_keep_alive {
                         f();
                     }
@@ -168,11 +181,12 @@ struct Reader {
     /// Since when events recorded after `after` wait for Redis (durable mirror).
     waiting_since: Option<tokio::time::Instant>,
     /// When a keep-alive is due: a period after the last chunk. One timer for the body's
-    /// life, its deadline moved on (not a timer made and dropped at every wait).
-    keep_alive: Pin<Box<Sleep>>,
-    /// When a wait for Redis gives up (`waiting_since` plus the mirror's patience); polled
-    /// only during such a wait.
-    give_up: Pin<Box<Sleep>>,
+    /// life (made at its first wait, in the runtime that polls it), its deadline moved on
+    /// — not a timer made and dropped at every wait.
+    keep_alive: Option<Pin<Box<Sleep>>>,
+    /// When a wait for Redis gives up (`waiting_since` plus the mirror's patience): made at
+    /// the first such wait, moved on at the next; polled only during one.
+    give_up: Option<Pin<Box<Sleep>>>,
 }
 
 /// One connected reader of a log, for as long as its body lives.
