@@ -76,11 +76,7 @@ YAML
     pid=$!
     PIDS+=("$pid")
     # Slow to start under valgrind: up to a minute.
-    for _ in $(seq 1 600); do
-        (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
-        sleep 0.1
-    done
-    wait_port "$port"
+    wait_port "$port" 1200
     "$LOAD" calls --url "http://127.0.0.1:$port/t/load/mcp" --sessions "$SESSIONS" \
         --seconds "$seconds" --warmup 1 "${LOAD_ARGS[@]}" >"$OUT/$name.json"
     # A graceful stop: callgrind writes its counts when the process exits.

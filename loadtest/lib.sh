@@ -30,8 +30,9 @@ DEMO="$REPO/target/$PROFILE/switchyard-demo-server"
 LOAD="$REPO/target/$PROFILE/sy-load"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# wait_port PORT [TRIES]: up to TRIES looks 50 ms apart (default 200: 10 s).
 wait_port() {
-    for _ in $(seq 1 200); do
+    for _ in $(seq 1 "${2:-200}"); do
         (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
         sleep 0.05
     done
