@@ -74,6 +74,9 @@ pub async fn serve(
             tracing::info!(tenant = %tenant.name, url = %format!("{scheme}://{addr}{}", tenant.config.path), "MCP endpoint ready");
         }
     }
+    if let Some(workers) = &gateway.workers {
+        tracing::info!(workers = workers.len(), "connection workers started");
+    }
     let reaper = tokio::spawn(reap_idle_sessions(gateway.clone()));
     let mut stopping = gateway.shutdown_signal();
     let signal_gateway = gateway.clone();
@@ -82,6 +85,7 @@ pub async fn serve(
         http::front(gateway.clone()),
         tls.as_ref().map(ServerTls::acceptor),
         limits,
+        gateway.workers.as_ref(),
         async move {
             shutdown.await;
             tracing::info!("shutting down: no new connections");
@@ -120,6 +124,9 @@ pub async fn serve(
         tracing::warn!("drain deadline passed with upstream requests still running");
     }
     gateway.shutdown().await;
+    if let Some(workers) = &gateway.workers {
+        workers.stop().await;
+    }
     tracing::info!("stopped");
     result
 }
@@ -137,6 +144,7 @@ pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>) -> io::Re
         http::admin_router(gateway),
         None,
         limits,
+        None,
         async move {
             let _ = stopping.wait_for(|s| *s).await;
         },

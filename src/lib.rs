@@ -27,6 +27,7 @@ pub mod telemetry;
 pub mod tenant;
 pub mod upstream;
 pub mod woken;
+pub mod workers;
 
 #[cfg(test)]
 mod tidy;

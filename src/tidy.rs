@@ -27,7 +27,9 @@ const LAYERS: &[&[&str]] = &[
     &["signing", "store"],
     &["error"],
     &["protocol"],
-    &["jsonrpc", "config", "metrics", "crypto", "clock", "woken"],
+    &[
+        "jsonrpc", "config", "metrics", "crypto", "clock", "woken", "workers",
+    ],
 ];
 
 /// Crate-root files that are no layer's: the crate roots and this test.

@@ -125,11 +125,25 @@ pub struct Config {
     /// headers are ignored): the client address is what per-user limits count on tenants
     /// without `auth`.
     pub trusted_proxies: Vec<Cidr>,
+    /// How client connections are served (default `per-core`; `workers`).
+    pub connection_workers: ConnectionWorkers,
     /// At least one tenant; names and paths unique.
     pub tenants: Vec<TenantConfig>,
     /// What validation accepted but most likely is not what was meant (`check` prints them,
     /// `run` and reloads log them).
     pub warnings: Vec<ConfigError>,
+}
+
+/// How the MCP listener's client connections are served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConnectionWorkers {
+    /// One single-threaded runtime per core (`TOKIO_WORKER_THREADS` of them when set), each
+    /// connection served on one of them, round robin (`workers::Workers`).
+    #[default]
+    PerCore,
+    /// Every connection on the process's multi-threaded runtime, its tasks moving between
+    /// threads as they wake.
+    Shared,
 }
 
 /// OpenTelemetry traces. The standard `OTEL_*` environment variables apply on top (and can

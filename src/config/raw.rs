@@ -31,7 +31,18 @@ pub struct RawConfig {
     pub sessions: Field<RawSessions>,
     pub telemetry: Field<RawTelemetry>,
     pub trusted_proxies: Field<Vec<Sp<String>>>,
+    /// How client connections are served: `per-core` (default; one single-threaded runtime
+    /// per core, each connection on one) or `shared` (one multi-threaded runtime).
+    pub connection_workers: Field<RawConnectionWorkers>,
     pub tenants: Field<Vec<Sp<RawTenant>>>,
+}
+
+#[derive(Deserialize, JsonSchema, Clone, Copy)]
+#[schemars(rename = "ConnectionWorkers")]
+#[serde(rename_all = "kebab-case")]
+pub enum RawConnectionWorkers {
+    PerCore,
+    Shared,
 }
 
 #[derive(Deserialize, JsonSchema)]

@@ -233,7 +233,7 @@ fn keys_are_not_substituted() {
     let found = errors("${HOST}: 1\n");
     assert_eq!(
         found[0],
-        "test.yaml:1:1: unknown field `${HOST}`, expected one of: listen, admin_listen, admin_token, tls, limits, sessions, telemetry, trusted_proxies, tenants"
+        "test.yaml:1:1: unknown field `${HOST}`, expected one of: listen, admin_listen, admin_token, tls, limits, sessions, telemetry, trusted_proxies, connection_workers, tenants"
     );
 }
 

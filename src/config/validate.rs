@@ -8,8 +8,8 @@ use std::time::Duration;
 use super::error::ConfigError;
 use super::limits::{DEFAULT_MAX_BODY, DEFAULT_MAX_UPSTREAM_MESSAGE};
 use super::raw::{
-    Dur, Field, RawConfig, RawEventDurability, RawFailurePolicy, RawLimits, RawPrefixMode,
-    RawRedis, RawSessions, RawStore, RawTelemetry, RawTenant, Size,
+    Dur, Field, RawConfig, RawConnectionWorkers, RawEventDurability, RawFailurePolicy, RawLimits,
+    RawPrefixMode, RawRedis, RawSessions, RawStore, RawTelemetry, RawTenant, Size,
 };
 use super::rules;
 use super::spanned::{Loc, Sp};
@@ -17,9 +17,9 @@ use super::subst::HIDDEN_VALUE;
 use super::units::{format_duration, format_size};
 use super::validate_security::TenantPath;
 use super::{
-    AdminToken, Config, EventDurability, FailurePolicy, Limits, PrefixConfig, PrefixMode,
-    RedisConfig, RedisTarget, Secret, ServerIdentity, SessionBounds, SessionConfig, StoreConfig,
-    TelemetryConfig, TenantConfig,
+    AdminToken, Config, ConnectionWorkers, EventDurability, FailurePolicy, Limits, PrefixConfig,
+    PrefixMode, RedisConfig, RedisTarget, Secret, ServerIdentity, SessionBounds, SessionConfig,
+    StoreConfig, TelemetryConfig, TenantConfig,
 };
 
 pub(super) const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -157,6 +157,13 @@ pub(super) fn validate(
     let telemetry = telemetry(checker, &root.telemetry);
     let tenants = tenants(checker, &root.tenants, &raw.loc);
     let trusted_proxies = trusted_proxies(checker, &root.trusted_proxies);
+    let connection_workers = match &root.connection_workers {
+        None => Some(ConnectionWorkers::default()),
+        Some(sp) => sp.get().map(|w| match w {
+            RawConnectionWorkers::PerCore => ConnectionWorkers::PerCore,
+            RawConnectionWorkers::Shared => ConnectionWorkers::Shared,
+        }),
+    };
     if let (Some(listen), Some(tenants), Some(raw_tenants)) = (
         listen,
         &tenants,
@@ -177,6 +184,7 @@ pub(super) fn validate(
         sessions: sessions?,
         telemetry: telemetry?,
         trusted_proxies: trusted_proxies?,
+        connection_workers: connection_workers?,
         tenants: tenants?,
         warnings: Vec::new(),
     })

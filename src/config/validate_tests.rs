@@ -235,6 +235,29 @@ fn telemetry_section() {
 }
 
 #[test]
+fn connection_workers() {
+    let base = upstreams(&["{name: u, http: {url: \"http://127.0.0.1:9/mcp\"}}"]);
+    assert_eq!(
+        ok(&base).connection_workers,
+        super::super::ConnectionWorkers::PerCore,
+        "per core unless configured"
+    );
+    for (written, meant) in [
+        ("shared", super::super::ConnectionWorkers::Shared),
+        ("per-core", super::super::ConnectionWorkers::PerCore),
+    ] {
+        let c = ok(&format!("connection_workers: {written}\n{base}"));
+        assert_eq!(c.connection_workers, meant, "{written}");
+    }
+    assert_eq!(
+        errors(&format!("connection_workers: per_core\n{base}")),
+        vec![
+            "t.yaml:1:21: connection_workers: unknown value `per_core`, did you mean `per-core`? expected one of: per-core, shared"
+        ]
+    );
+}
+
+#[test]
 fn session_bounds() {
     let base = upstreams(&["{name: u, http: {url: \"http://127.0.0.1:9/mcp\"}}"]);
     let c = ok(&base);
@@ -275,7 +298,7 @@ fn document_shapes() {
     assert_eq!(
         errors("- a\n"),
         vec![
-            "t.yaml:1:1: expected a mapping with fields listen, admin_listen, admin_token, tls, limits, sessions, telemetry, trusted_proxies, tenants; found a list"
+            "t.yaml:1:1: expected a mapping with fields listen, admin_listen, admin_token, tls, limits, sessions, telemetry, trusted_proxies, connection_workers, tenants; found a list"
         ]
     );
     assert_eq!(

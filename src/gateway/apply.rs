@@ -54,14 +54,21 @@ impl Gateway {
         let mut rebuilt = Vec::new();
         let mut fresh: Vec<Arc<Tenant>> = Vec::new();
         for tc in &config.tenants {
-            let built = match old.by_name(&tc.name) {
-                Some(t) if t.config == *tc => Ok(t.clone()),
-                Some(t) => t.rebuild(tc, &self.limits).map(|(new, retired)| {
-                    rebuilt.push((t.clone(), new.clone(), retired));
-                    new
-                }),
-                None => Tenant::start(tc, &self.limits, self.bus.tenant_key(&tc.name))
-                    .inspect(|t| fresh.push(t.clone())),
+            let built = {
+                // New shared stdio processes are spread over the connection workers.
+                let _spreading = self
+                    .workers
+                    .as_ref()
+                    .map(crate::workers::Workers::spreading);
+                match old.by_name(&tc.name) {
+                    Some(t) if t.config == *tc => Ok(t.clone()),
+                    Some(t) => t.rebuild(tc, &self.limits).map(|(new, retired)| {
+                        rebuilt.push((t.clone(), new.clone(), retired));
+                        new
+                    }),
+                    None => Tenant::start(tc, &self.limits, self.bus.tenant_key(&tc.name))
+                        .inspect(|t| fresh.push(t.clone())),
+                }
             };
             match built {
                 Ok(t) => next.push(t),
@@ -156,6 +163,10 @@ fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
         (
             "trusted_proxies",
             running.trusted_proxies != next.trusted_proxies,
+        ),
+        (
+            "connection_workers",
+            running.connection_workers != next.connection_workers,
         ),
     ]
     .into_iter()

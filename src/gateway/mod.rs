@@ -49,6 +49,9 @@ pub struct Gateway {
     /// Proxies trusted to name the client (`Forwarded`, `X-Forwarded-For`), for the client
     /// address that per-user limits of tenants without `auth` count.
     pub trusted_proxies: Vec<crate::config::Cidr>,
+    /// The runtimes client connections are served on (`connection_workers: per-core`; read
+    /// at start, not reloaded); `None`: the process's runtime.
+    pub workers: Option<crate::workers::Workers>,
     /// Whether the listener is bound to a loopback address (stricter Host/Origin defaults).
     loopback: bool,
     shutdown: watch::Sender<bool>,
@@ -112,11 +115,22 @@ impl Gateway {
         relay: Box<dyn RequestRelay>,
     ) -> Result<Arc<Gateway>, String> {
         let bus = Arc::new(bus);
-        let tenants = config
-            .tenants
-            .iter()
-            .map(|t| Tenant::start(t, &config.limits, bus.tenant_key(&t.name)))
-            .collect::<Result<Vec<_>, String>>()?;
+        let workers = match config.connection_workers {
+            crate::config::ConnectionWorkers::PerCore => Some(
+                crate::workers::Workers::per_core()
+                    .map_err(|e| format!("cannot start the connection workers: {e}"))?,
+            ),
+            crate::config::ConnectionWorkers::Shared => None,
+        };
+        let tenants = {
+            // Shared stdio processes are spread over the workers.
+            let _spreading = workers.as_ref().map(crate::workers::Workers::spreading);
+            config
+                .tenants
+                .iter()
+                .map(|t| Tenant::start(t, &config.limits, bus.tenant_key(&t.name)))
+                .collect::<Result<Vec<_>, String>>()?
+        };
         let limiter = crate::limits::Limiter::new(&store, config.limits.max_session_processes);
         let gateway = Arc::new_cyclic(|me| Gateway {
             me: me.clone(),
@@ -129,6 +143,7 @@ impl Gateway {
             limits: config.limits.clone(),
             bodies: crate::listener::body::BodyReader::new(&config.limits),
             trusted_proxies: config.trusted_proxies.clone(),
+            workers,
             limiter,
             loopback: config.listen.ip().to_canonical().is_loopback(),
             shutdown: watch::channel(false).0,

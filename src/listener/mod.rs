@@ -53,6 +53,7 @@ use refuse::Refuser;
 use watchdog::{Activity, Expiry, Timeouts, Tracked, Watch};
 
 use crate::config::ConnectionLimits;
+use crate::workers::Workers;
 
 /// Connections the admin listener serves at once (probes and scrapes): its own budget, so
 /// `/healthz` and `/readyz` answer while the MCP listener is full. Counted in the descriptor
@@ -246,7 +247,8 @@ impl Service for Router {
 /// under `limits` until `shutdown` resolves; then stops accepting, drains open connections
 /// (HTTP/1.1: served on with `Connection: close`, closed once idle for `drain_grace`; HTTP/2:
 /// GOAWAY) and returns once they all have closed. Dropping the returned future closes every
-/// remaining connection.
+/// remaining connection. With `workers`, each connection is served on one of them (round
+/// robin) instead of on the runtime that accepts.
 ///
 /// Accept errors, handshake failures, connection errors and refusals never end the loop.
 pub async fn serve<S: Service>(
@@ -254,6 +256,7 @@ pub async fn serve<S: Service>(
     service: S,
     tls: Option<TlsAcceptor>,
     limits: ListenerLimits,
+    workers: Option<&Workers>,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let builders = Arc::new(Builders::new(&limits));
@@ -309,7 +312,20 @@ pub async fn serve<S: Service>(
                         accepted: Instant::now(),
                         _ticket: ticket,
                     };
-                    connections.spawn(repoll::Repoll::new(conn.run(tcp, tls.clone())));
+                    match workers {
+                        None => {
+                            connections.spawn(repoll::Repoll::new(conn.run(tcp, tls.clone())));
+                        }
+                        // Handed over as a plain socket: it is registered again with the
+                        // chosen worker's I/O driver, which then serves it for its life.
+                        Some(workers) => match tcp.into_std() {
+                            Ok(tcp) => {
+                                let run = conn.run_moved(tcp, tls.clone());
+                                connections.spawn_on(repoll::Repoll::new(run), workers.pick());
+                            }
+                            Err(e) => tracing::debug!(%remote, error = %e, "cannot hand the connection to a worker"),
+                        },
+                    }
                 }
                 Err(e) => accept_error(e).await,
             },
@@ -375,6 +391,16 @@ struct Connection<S> {
 }
 
 impl<S: Service> Connection<S> {
+    /// [`run`](Self::run) on a connection handed over from another runtime.
+    async fn run_moved(self, tcp: std::net::TcpStream, tls: Option<TlsAcceptor>) {
+        match TcpStream::from_std(tcp) {
+            Ok(tcp) => self.run(tcp, tls).await,
+            Err(e) => {
+                tracing::debug!(remote = %self.remote, error = %e, "cannot register a handed-over connection")
+            }
+        }
+    }
+
     async fn run(self, tcp: TcpStream, tls: Option<TlsAcceptor>) {
         let remote = self.remote;
         let Some(acceptor) = tls else {

@@ -88,6 +88,7 @@ impl Server {
             router(),
             server_tls.as_ref().map(ServerTls::acceptor),
             limits,
+            None,
             async move {
                 let _ = rx.await;
             },
@@ -252,7 +253,7 @@ async fn answers_to_head_requests_have_no_body_over_http1_and_http2() {
     let addr = listener.local_addr().unwrap();
     let (stop, rx) = oneshot::channel::<()>();
     let limits = limits(1000);
-    let task = tokio::spawn(serve(listener, Always, None, limits, async move {
+    let task = tokio::spawn(serve(listener, Always, None, limits, None, async move {
         let _ = rx.await;
     }));
     for (http2, version) in [(false, Version::HTTP_11), (true, Version::HTTP_2)] {

@@ -79,6 +79,9 @@ pub enum H1Error {
 pub struct Conn {
     io: Box<dyn Stream>,
     buf: BytesMut,
+    /// The connection worker whose I/O driver the socket is registered with (`workers::home`
+    /// where it was opened; 0: the main runtime).
+    home: usize,
 }
 
 /// A response's status and headers, and how its body is framed.
@@ -121,11 +124,18 @@ impl BodyState {
 }
 
 impl Conn {
+    /// A connection on `io`, opened (and registered) on the calling thread's runtime.
     pub fn new(io: Box<dyn Stream>) -> Conn {
         Conn {
             io,
             buf: BytesMut::new(),
+            home: crate::workers::home(),
         }
+    }
+
+    /// The connection worker the socket is registered with (see `workers::home`).
+    pub fn home(&self) -> usize {
+        self.home
     }
 
     /// Whether an idle connection can no longer carry a request: the server closed it, sent

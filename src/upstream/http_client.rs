@@ -261,10 +261,19 @@ impl OriginClient {
         }
     }
 
-    /// An idle connection, if one is fit for reuse; stale and closed ones are dropped.
+    /// An idle connection, if one is fit for reuse; stale and closed ones are dropped. The
+    /// last one given back that the calling thread's worker opened, when there is one: its
+    /// socket's readiness then reaches the task on the thread that runs it, not by way of
+    /// another worker's I/O driver (`workers`); with no workers every connection is home.
     fn checkout(&self) -> Option<Conn> {
         let mut idle = self.idle.lock().ok()?;
-        while let Some(mut i) = idle.pop() {
+        let home = crate::workers::home();
+        while !idle.is_empty() {
+            let at = idle
+                .iter()
+                .rposition(|i| i.conn.home() == home)
+                .unwrap_or(idle.len() - 1);
+            let mut i = idle.remove(at);
             if i.since.elapsed() < IDLE_FOR && !i.conn.is_stale() {
                 return Some(i.conn);
             }

@@ -76,7 +76,12 @@ impl StdioLink {
 
     /// Starts the supervisor task that owns the child process.
     pub fn start(&self, conn: Weak<Connection>, init_timeout: Duration, max_line: usize) {
-        let task = tokio::spawn(supervise(conn, init_timeout, max_line));
+        // On the next connection worker while shared processes are being started
+        // (`workers::Spreading`): the child's pipes are then read on a thread that serves
+        // client connections — for those on the same worker, its answers wake no other
+        // thread — instead of on the main runtime, which would put a hand-off between every
+        // answer and its caller.
+        let task = crate::workers::spawn_spread(supervise(conn, init_timeout, max_line));
         if let Ok(mut s) = self.supervisor.lock() {
             *s = Some(task);
         }

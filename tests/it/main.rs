@@ -52,3 +52,4 @@ mod transport_rules;
 mod upstream_http;
 mod upstream_sse;
 mod upstream_stdio;
+mod workers;

@@ -135,6 +135,7 @@ pub fn config(tenants: Vec<TenantConfig>) -> Config {
         },
         telemetry: Default::default(),
         trusted_proxies: vec![],
+        connection_workers: Default::default(),
         tenants,
         warnings: vec![],
     }

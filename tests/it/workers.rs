@@ -1,0 +1,167 @@
+//! Connection workers (`connection_workers`), over real sockets and processes: with
+//! `per-core` (the default) the gateway runs one worker thread per core it is given
+//! (`TOKIO_WORKER_THREADS`), client connections are dealt to them in turn, and a session opened
+//! on one connection is served on every other — calls to an HTTP upstream and to a shared stdio
+//! upstream's processes (started on the workers) included, streamed calls too; `shared` runs
+//! none. A process gateway: the thread names are read from `/proc`.
+
+use serde_json::{Value, json};
+
+use crate::support::TempDir;
+use crate::support::client::RawClient;
+use crate::support::config::demo_server_exe;
+use crate::support::peers::{HttpPeer, free_port};
+use crate::support::process::GatewayProcess;
+
+/// The process's connection worker threads: name and how often each has gone to sleep
+/// waiting for work (voluntary context switches), sorted by name.
+fn workers_of(pid: u32) -> Vec<(String, u64)> {
+    let mut found: Vec<(String, u64)> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the gateway's threads")
+        .filter_map(|t| {
+            let dir = t.ok()?.path();
+            let name = std::fs::read_to_string(dir.join("comm"))
+                .ok()?
+                .trim()
+                .to_owned();
+            let status = std::fs::read_to_string(dir.join("status")).ok()?;
+            let waits = status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
+                .trim()
+                .parse()
+                .ok()?;
+            name.starts_with("sy-worker-").then_some((name, waits))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+fn worker_threads(pid: u32) -> Vec<String> {
+    workers_of(pid).into_iter().map(|(name, _)| name).collect()
+}
+
+async fn start(dir: &TempDir, mode: Option<&str>, threads: &str, up: &HttpPeer) -> GatewayProcess {
+    let port = free_port();
+    let path = dir.path("gw.yaml");
+    let demo = demo_server_exe().display().to_string();
+    let mode = mode.map_or(String::new(), |m| format!("connection_workers: {m}\n"));
+    std::fs::write(
+        &path,
+        format!(
+            "listen: 127.0.0.1:{port}\n{mode}tenants:\n  - name: acme\n    upstreams:\n      \
+             - {{name: web, http: {{url: \"{}\"}}}}\n      \
+             - {{name: local, stdio: {{command: \"{demo}\", args: [--stdio], sharing: shared, pool_size: 2}}}}\n",
+            up.url()
+        ),
+    )
+    .expect("config");
+    let env = [("TOKIO_WORKER_THREADS", threads)];
+    GatewayProcess::run_with_env(&path, port, &[], &env, "workers").await
+}
+
+/// A client of `session` on a connection of its own (a new HTTP client each time).
+fn on_new_connection(url: &str, session: &str) -> RawClient {
+    let mut c = RawClient::new(url.to_owned());
+    c.session = Some(session.to_owned());
+    c
+}
+
+#[tokio::test]
+async fn per_core_workers_serve_one_session_from_every_connection() {
+    let dir = TempDir::new("workers");
+    let up = HttpPeer::demo(free_port(), &[]).await;
+    let gw = start(&dir, None, "3", &up).await;
+    assert_eq!(
+        worker_threads(gw.pid()),
+        ["sy-worker-1", "sy-worker-2", "sy-worker-3"],
+        "three workers, as TOKIO_WORKER_THREADS says"
+    );
+    let url = gw.url("acme");
+    let mut first = RawClient::new(url.clone());
+    first.initialize().await;
+    let session = first.session.clone().expect("a session");
+    // Six connections: each worker gets two, and each serves the session opened on the first.
+    let clients: Vec<RawClient> = (0..6).map(|_| on_new_connection(&url, &session)).collect();
+    for (n, c) in clients.iter().enumerate() {
+        let message = format!("via connection {n}");
+        for tool in ["web__echo", "local__echo"] {
+            let reply = c.call_tool(tool, json!({"message": message})).await;
+            assert_eq!(reply.status, 200, "{tool} on connection {n}: {reply:?}");
+            let text = reply.last()["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or("");
+            assert!(
+                text.contains(&message),
+                "{tool} on connection {n}: {reply:?}"
+            );
+        }
+        // A streamed call: progress notifications, then the answer, on an SSE response.
+        let streamed = c
+            .request(
+                "tools/call",
+                json!({"name": "web__sleep", "arguments": {"ms": 10, "steps": 2},
+                       "_meta": {"progressToken": n}}),
+            )
+            .await;
+        assert_eq!(streamed.status, 200, "{streamed:?}");
+        let progress = streamed
+            .messages
+            .iter()
+            .filter(|m| m["method"] == "notifications/progress")
+            .count();
+        assert_eq!(progress, 2, "connection {n}: {streamed:?}");
+        assert!(streamed.last()["result"].is_object(), "{streamed:?}");
+    }
+    // Calls at once from every connection (both workers busy at the same time).
+    let calls = clients.iter().enumerate().map(|(n, c)| async move {
+        c.call_tool("local__echo", json!({"message": format!("at once {n}")}))
+            .await
+    });
+    for reply in futures_util::future::join_all(calls).await {
+        assert!(reply.last()["result"].is_object(), "{reply:?}");
+    }
+    // Every worker served connections: each woke for work many times (an idle one waits once).
+    for (name, waits) in workers_of(gw.pid()) {
+        assert!(
+            waits >= 5,
+            "{name} woke {waits} times: it served no connection"
+        );
+    }
+    // Ended on one connection, the session is gone on every other.
+    let ended = clients[3].delete().await;
+    assert!(matches!(ended.status, 200 | 204), "{ended:?}");
+    let after = clients[4]
+        .call_tool("web__echo", json!({"message": "late"}))
+        .await;
+    assert_eq!(after.status, 404, "{after:?}");
+    let logs = gw.stop().await;
+    let started: Vec<Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["message"] == "connection workers started")
+        .collect();
+    assert_eq!(started.len(), 1, "{logs}");
+    assert_eq!(started[0]["workers"], 3, "{logs}");
+}
+
+#[tokio::test]
+async fn shared_runs_no_workers_and_serves_the_same() {
+    let dir = TempDir::new("workers-shared");
+    let up = HttpPeer::demo(free_port(), &[]).await;
+    let gw = start(&dir, Some("shared"), "2", &up).await;
+    let url = gw.url("acme");
+    let mut c = RawClient::new(url.clone());
+    c.initialize().await;
+    let other = on_new_connection(&url, c.session.as_deref().expect("a session"));
+    for client in [&c, &other] {
+        let reply = client
+            .call_tool("local__echo", json!({"message": "hi"}))
+            .await;
+        assert!(reply.last()["result"].is_object(), "{reply:?}");
+    }
+    assert!(worker_threads(gw.pid()).is_empty());
+    let logs = gw.stop().await;
+    assert!(!logs.contains("connection workers started"), "{logs}");
+}
