@@ -77,7 +77,10 @@ pub async fn serve(
     if let Some(workers) = &gateway.workers {
         tracing::info!(workers = workers.len(), "connection workers started");
     }
-    let reaper = tokio::spawn(reap_idle_sessions(gateway.clone()));
+    // Should this future be dropped before its end (an embedder's runtime going away), the
+    // workers stop with it, and so do the tasks requests left on them.
+    let _halt = HaltWorkers(gateway.clone());
+    let reaper = AbortOnDrop(tokio::spawn(reap_idle_sessions(gateway.clone())));
     let mut stopping = gateway.shutdown_signal();
     let signal_gateway = gateway.clone();
     let server = crate::listener::serve(
@@ -112,7 +115,7 @@ pub async fn serve(
         }
     };
     drop(tls);
-    reaper.abort();
+    drop(reaper);
     // Streams were closed with a retry hint; requests still running upstream finish (within
     // the deadline) and their responses are recorded, so clients resume them elsewhere.
     let until = drain_until
@@ -129,6 +132,27 @@ pub async fn serve(
     }
     tracing::info!("stopped");
     result
+}
+
+/// A task aborted when this is dropped: the session reaper ends with the serving future,
+/// however that ends (it holds the gateway, which holds the connection workers).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Halts the gateway's connection workers when dropped.
+struct HaltWorkers(Arc<Gateway>);
+
+impl Drop for HaltWorkers {
+    fn drop(&mut self) {
+        if let Some(workers) = &self.0.workers {
+            workers.halt();
+        }
+    }
 }
 
 /// Serves the admin routes (`/metrics`, `/healthz`, `/readyz`) on `listener`, plain HTTP, until

@@ -157,12 +157,17 @@ impl Workers {
         }
     }
 
-    /// Stops every worker: the tasks still on them are dropped. Waits for their threads off
-    /// the async runtime (joining blocks).
-    pub async fn stop(&self) {
+    /// Tells every worker to stop, without waiting: each drops the tasks still on it.
+    pub fn halt(&self) {
         if let Ok(mut stops) = self.stops.lock() {
             stops.clear();
         }
+    }
+
+    /// Stops every worker ([`halt`](Self::halt)) and waits for their threads, off the async
+    /// runtime (joining blocks).
+    pub async fn stop(&self) {
+        self.halt();
         let threads = self
             .threads
             .lock()
@@ -213,6 +218,19 @@ mod tests {
         assert_eq!(homes, [1, 2]);
         // The guard is gone: the current runtime's.
         assert_eq!(spawn_spread(async { home() }).await.unwrap(), 0);
+        workers.stop().await;
+    }
+
+    #[tokio::test]
+    async fn halting_drops_what_is_still_running_without_waiting() {
+        let workers = Workers::start(2).unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        workers.pick().spawn(async move {
+            let _tx = tx;
+            std::future::pending::<()>().await;
+        });
+        workers.halt();
+        assert!(rx.await.is_err(), "the task was dropped with its worker");
         workers.stop().await;
     }
 

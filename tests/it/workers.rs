@@ -165,3 +165,51 @@ async fn shared_runs_no_workers_and_serves_the_same() {
     let logs = gw.stop().await;
     assert!(!logs.contains("connection workers started"), "{logs}");
 }
+
+/// A gateway embedded in a runtime that goes away without stopping it: dropping the serving
+/// future lets go of the gateway — the connection tasks on the workers and the session reaper
+/// end with it — so the gateway, and the worker threads it owns, are freed. (The reaper used
+/// to outlive it, holding the gateway and so the workers.)
+#[tokio::test]
+async fn dropping_the_serving_future_halts_the_workers() {
+    use crate::support::config::{config, demo_stdio, tenant, upstream};
+    let cfg = config(vec![tenant(
+        "acme",
+        vec![upstream(
+            "local",
+            switchyard::config::UpstreamTransport::Stdio(demo_stdio(None)),
+        )],
+    )]);
+    let gateway = switchyard::app::build(&cfg).await.expect("gateway builds");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1");
+    let addr = listener.local_addr().expect("local addr");
+    let serving = tokio::spawn(switchyard::app::serve(
+        listener,
+        gateway.clone(),
+        None,
+        std::future::pending(),
+    ));
+    // A keep-alive connection: its task, on a worker, holds the gateway while it is open.
+    let mut c = RawClient::new(format!("http://{addr}/t/acme/mcp"));
+    c.initialize().await;
+    let reply = c.call_tool("echo", json!({"message": "hi"})).await;
+    assert!(reply.last()["result"].is_object(), "{reply:?}");
+    assert!(
+        std::sync::Arc::strong_count(&gateway) > 2,
+        "tasks hold the gateway"
+    );
+    serving.abort();
+    let _ = serving.await;
+    let freed = crate::support::eventually(std::time::Duration::from_secs(5), || {
+        std::sync::Arc::strong_count(&gateway) == 1
+    })
+    .await;
+    assert!(
+        freed,
+        "the workers' tasks still hold the gateway: {} references",
+        std::sync::Arc::strong_count(&gateway)
+    );
+    gateway.shutdown().await;
+}
