@@ -9,9 +9,10 @@
 //! connection (an HTTP/2 client with many streams) has one core, not all of them.
 //!
 //! What is not a client connection's — the accept loop, the admin listener, reloads, the
-//! session reaper, the Redis bus, shared stdio processes started at boot — runs on the
-//! process's main runtime, as before. Tokio's channels, locks and I/O work across runtimes, so
-//! a task on a worker can wait on anything the main runtime drives.
+//! session reaper, the Redis bus — runs on the process's main runtime, as before; shared stdio
+//! processes, which serve every connection, are started on the workers in turn
+//! ([`Spreading`]). Tokio's channels, locks and I/O work across runtimes, so a task on a worker
+//! can wait on anything the main runtime drives.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
