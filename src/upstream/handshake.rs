@@ -83,11 +83,6 @@ impl Era {
         self.0.load(Ordering::Relaxed) == STATELESS
     }
 
-    /// Whether no probe has decided yet (the one running is the first).
-    pub fn undecided(&self) -> bool {
-        self.0.load(Ordering::Relaxed) == 0
-    }
-
     fn set(&self, v: u8) {
         self.0.store(v, Ordering::Relaxed);
     }

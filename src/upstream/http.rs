@@ -346,19 +346,22 @@ impl HttpLink {
             {
                 // A JSON-RPC error for this request sent with a 4xx status (2026-07-28 answers
                 // -32020/-32021/-32022 with 400 and -32601 with 404): the request's answer.
-                return self.error_answer(conn, id, resp).await;
+                let probe = mcp.is_some_and(|m| m.method.as_bytes() == b"server/discover");
+                return self.error_answer(conn, id, resp, probe).await;
             }
             return Err(status_error(upstream, resp).await);
         }
     }
 
     /// The body of a 4xx answer: routed as the request's response when it is a JSON-RPC
-    /// response with the request's id, else the status error.
+    /// response with the request's id, else the status error. `probe`: the request was the
+    /// `server/discover` probe (`handshake.rs`).
     async fn error_answer(
         &self,
         conn: &Arc<Connection>,
         id: u64,
         mut resp: Response,
+        probe: bool,
     ) -> Result<(), GatewayError> {
         let upstream = conn.upstream_name();
         let status = resp.status();
@@ -372,9 +375,11 @@ impl HttpLink {
             return Ok(());
         }
         let snippet = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
-        if conn.info.era.undecided() {
-            // The first `server/discover` probe: a session-based server refusing it is the
-            // expected fallback to `initialize`, not a fault.
+        if probe {
+            // A session-based server refusing the `server/discover` probe is the expected
+            // fallback to `initialize`, not a fault. (Told by the request, not by whether the
+            // upstream's era is decided: sessions starting at once probe at once, and all but
+            // the first answer found it decided and warned.)
             tracing::debug!(upstream, %status, body = %snippet, "upstream refused the version probe: a session-based server");
         } else {
             tracing::warn!(upstream, %status, body = %snippet, "upstream answered with an error status");
