@@ -14,6 +14,7 @@ mod context;
 mod in_span;
 mod json;
 mod log_context;
+mod printable;
 mod settings;
 mod text;
 mod writer;
@@ -34,6 +35,7 @@ use tracing_subscriber::{Layer, Registry};
 pub use context::{Propagation, adopt_parent, outgoing, trace_id};
 pub use in_span::{carry, in_span};
 use log_context::LogContext;
+pub use printable::printable;
 pub use settings::{Settings, settings};
 
 use crate::config::TelemetryConfig;

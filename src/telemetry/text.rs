@@ -3,7 +3,8 @@
 //! fields of spans and events (`Fields`) and the timestamp (`Clock`). Every request records
 //! several span fields and a tool call writes an audit line, so these run per call; the
 //! output is exactly `tracing_subscriber`'s default text format (without colours), which
-//! handles every case not taken here (errors, raw identifiers, strings that need escaping).
+//! handles every case not taken here (errors, raw identifiers, strings that need escaping),
+//! but for one thing: a line break inside a line is written `\n` or `\r` (`one_line`).
 
 use std::cell::Cell;
 use std::fmt;
@@ -120,9 +121,31 @@ impl Line {
         let mut visitor = Visitor::new(&mut *line, true);
         event.record(&mut visitor);
         visitor.result?;
+        one_line(line);
         line.push('\n');
         Ok(())
     }
+}
+
+/// Writes the line breaks inside a line as `\n` and `\r`: a value that holds one (a tool
+/// name a client chose, an upstream's error body, an error's text) must not start a line of
+/// its own, which a log reader would take for an event the gateway wrote (a forged audit
+/// line). The default format writes them as they are; this is the one way lines differ from
+/// it. Most lines have none: one `memchr` pass over the line.
+fn one_line(line: &mut String) {
+    let Some(first) = memchr::memchr2(b'\n', b'\r', line.as_bytes()) else {
+        return;
+    };
+    let mut out = String::with_capacity(line.len() + 16);
+    out.push_str(&line[..first]);
+    for ch in line[first..].chars() {
+        match ch {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => out.push(c),
+        }
+    }
+    *line = out;
 }
 
 thread_local! {
@@ -495,7 +518,49 @@ pub(super) mod tests {
         assert_eq!(lines(true, outside), lines(false, outside));
         let default = lines(false, emit);
         assert!(default.contains("tenant=\"load\""), "{default}");
-        assert_eq!(lines(true, emit), default);
+        assert!(
+            default.contains("broke\"\n"),
+            "the error breaks the line: {default}"
+        );
+        assert_eq!(lines(true, emit), rejoined(&default));
+    }
+
+    /// The default format's output with the line breaks inside lines (a piece that does not
+    /// start with a level continues the line before it) written as `one_line` writes them.
+    fn rejoined(default: &str) -> String {
+        let mut out = String::new();
+        for piece in default.split_inclusive('\n') {
+            let starts_a_line = [" INFO ", " WARN ", "ERROR ", "DEBUG ", "TRACE "]
+                .iter()
+                .any(|level| piece.starts_with(level));
+            if !out.is_empty() && !starts_a_line {
+                out.pop();
+                out.push_str("\\n");
+            }
+            out.push_str(piece);
+        }
+        out
+    }
+
+    #[test]
+    fn no_value_starts_a_line_of_its_own() {
+        let forged = "x\n2026-12-06T00:00:00.000000Z  INFO switchyard::audit: tool call tool=rm\r";
+        let emit = || {
+            tracing::info!(target: "switchyard::audit", tool = forged, upstream = %forged, "tool call");
+            tracing::warn!(body = %"a\r\nb", "upstream answered {}", "x\ny");
+        };
+        let ours = lines(true, emit);
+        assert_eq!(
+            ours,
+            concat!(
+                " INFO switchyard::audit: tool call",
+                r#" tool="x\n2026-12-06T00:00:00.000000Z  INFO switchyard::audit: tool call tool=rm\r""#,
+                r#" upstream=x\n2026-12-06T00:00:00.000000Z  INFO switchyard::audit: tool call tool=rm\r"#,
+                "\n",
+                r#" WARN switchyard::telemetry::text::tests: upstream answered x\ny body=a\r\nb"#,
+                "\n",
+            ),
+        );
     }
 
     /// The ways a request's lines are written in: the span as the gateway makes it (method

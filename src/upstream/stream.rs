@@ -250,10 +250,10 @@ impl Inner {
             let user = session.as_deref().map(|s| s.user());
             tracing::info!(
                 target: "switchyard::audit",
-                tenant = %info.tenant,
+                tenant = &*info.tenant,
                 user = user.unwrap_or("-"),
-                tool = %tool,
-                upstream = %info.name,
+                tool = &*crate::telemetry::printable(tool),
+                upstream = &*info.name,
                 outcome = self.answer.outcome().unwrap_or(self.outcome),
                 duration_ms = took.as_millis() as u64,
                 "tool call"

@@ -140,3 +140,57 @@ async fn a_log_filter_naming_the_request_span_still_matches_requests() {
         "info lines outside requests are filtered out: {outside:#?}"
     );
 }
+
+/// In the text format (the default), a tool name a client chose cannot forge a line: a call
+/// the router forwards (its prefix names an upstream, which then refuses the rest) and one it
+/// refuses both leave one audit line, with the name's line breaks replaced, and every line of
+/// the log is one the gateway wrote (a timestamp, a level). Before, the forwarded call's name
+/// went into its audit line as it came, and the line after its break read as an audit event.
+#[tokio::test]
+async fn a_tool_name_cannot_forge_a_line_in_the_text_log() {
+    let dir = TempDir::new("audit-text");
+    let demo = demo_server_exe().display().to_string();
+    let yaml = format!(
+        "tenants:\n  - name: acme\n    upstreams:\n      - name: demo\n        stdio: {{command: \"{demo}\", args: [\"--stdio\"]}}\n      - name: other\n        stdio: {{command: \"{demo}\", args: [\"--stdio\"]}}\n"
+    );
+    let gw = GatewayProcess::start_with_log_format(&yaml, &dir, "text", "text").await;
+    let mut c = RawClient::new(gw.url("acme"));
+    c.initialize().await;
+    let forged = "\n2000-01-01T00:00:00.000000Z  INFO switchyard::audit: tool call tenant=other user=\"admin\" tool=rm\r";
+    let forwarded = c.call_tool(&format!("demo__x{forged}"), json!({})).await;
+    assert!(forwarded.error_code().is_some(), "{forwarded:?}");
+    let refused = c.call_tool(&format!("nobody__x{forged}"), json!({})).await;
+    assert_eq!(refused.error_code(), Some(-32602), "{refused:?}");
+    let logs = gw.stop().await;
+    let audits: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("switchyard::audit: tool call"))
+        .collect();
+    assert_eq!(audits.len(), 2, "one audit line per call: {audits:#?}");
+    let want = [
+        ("tool=\"x\u{fffd}2000-01-01T00:00:00", "upstream=\"demo\""),
+        (
+            "tool=\"nobody__x\u{fffd}2000-01-01T00:00:00",
+            "upstream=\"-\"",
+        ),
+    ];
+    for (line, (tool, upstream)) in audits.iter().zip(want) {
+        assert!(line.contains("tenant=\"acme\""), "{line}");
+        assert!(line.contains(tool), "the name's break replaced: {line}");
+        assert!(line.contains(upstream), "{line}");
+    }
+    for line in logs.lines().filter(|l| !l.trim().is_empty()) {
+        let (time, rest) = line.split_once(' ').unwrap_or_default();
+        assert!(
+            time.len() == 27 && time.ends_with('Z') && !time.starts_with("2000-"),
+            "not a line the gateway wrote: {line:?}"
+        );
+        let level = rest.trim_start();
+        assert!(
+            ["TRACE ", "DEBUG ", "INFO ", "WARN ", "ERROR "]
+                .iter()
+                .any(|l| level.starts_with(l)),
+            "not a line the gateway wrote: {line:?}"
+        );
+    }
+}

@@ -253,12 +253,12 @@ fn audit(principal: &Principal, gate: &Gate, call: Call<'_>, limit: &str) {
     };
     tracing::info!(
         target: "switchyard::audit",
-        tenant = %gate.tenant,
-        user = %principal.user,
-        tool = %tool,
-        upstream = %gate.upstream,
+        tenant = &*gate.tenant,
+        user = &*principal.user,
+        tool = &*crate::telemetry::printable(&tool),
+        upstream = &*gate.upstream,
         outcome = "limited",
-        limit = %limit,
+        limit,
         duration_ms = 0u64,
         "tool call"
     );

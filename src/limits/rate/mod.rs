@@ -205,12 +205,12 @@ impl Rates {
 fn audit(tenant: &TenantView<'_>, principal: &Principal, upstream: &str, tool: &str, limit: &str) {
     tracing::info!(
         target: "switchyard::audit",
-        tenant = %tenant.name,
-        user = %principal.user,
-        tool = %tool,
-        upstream = %upstream,
+        tenant = &**tenant.name,
+        user = &*principal.user,
+        tool = &*crate::telemetry::printable(tool),
+        upstream,
         outcome = "limited",
-        limit = %limit,
+        limit,
         duration_ms = 0u64,
         "tool call"
     );
