@@ -308,7 +308,9 @@ impl RequestSpan {
     }
 
     /// Names the client message the exchange carries (`id`: a request's), in a span (or
-    /// context) made now with it, or recorded in the one opened before.
+    /// context) made now with it, or recorded in the one opened before. Both are the
+    /// client's to choose and every line of the request repeats them: cut at
+    /// `printable::MAX_LOGGED_NAME` characters.
     pub fn name_message(
         &mut self,
         tenant: &Arc<str>,
@@ -316,6 +318,8 @@ impl RequestSpan {
         method: &str,
         id: Option<&str>,
     ) -> &RequestSpan {
+        let method = printable::cut(method);
+        let id = id.map(printable::cut);
         if let Some(context) = &mut self.context {
             *context = Arc::new(context.naming(method, id));
             return self;

@@ -1,5 +1,6 @@
-//! A name a client chose (a tool's), as it may go into a log line: control characters
-//! replaced, so it cannot forge lines, and cut short, so it cannot flood the log.
+//! What a client chose, as it may go into a log line: a tool's name with control characters
+//! replaced, so it cannot forge lines, and cut short, so it cannot flood the log; a message's
+//! method and id cut short (the formatters escape them).
 
 use std::borrow::Cow;
 
@@ -25,6 +26,14 @@ pub fn printable(name: &str) -> Cow<'_, str> {
     )
 }
 
+/// `value` cut at [`MAX_LOGGED_NAME`] characters (on a character boundary), else itself.
+pub fn cut(value: &str) -> &str {
+    match value.char_indices().nth(MAX_LOGGED_NAME) {
+        Some((end, _)) => &value[..end],
+        None => value,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -37,5 +46,14 @@ mod tests {
         assert_eq!(printable(&long).chars().count(), MAX_LOGGED_NAME);
         let exactly = "é".repeat(MAX_LOGGED_NAME);
         assert!(matches!(printable(&exactly), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn values_are_cut_on_a_character_boundary() {
+        assert_eq!(cut("tools/call"), "tools/call");
+        let exactly = "é".repeat(MAX_LOGGED_NAME);
+        assert_eq!(cut(&exactly), exactly);
+        let longer = format!("{exactly}é\n");
+        assert_eq!(cut(&longer), exactly);
     }
 }

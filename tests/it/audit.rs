@@ -146,6 +146,7 @@ async fn a_log_filter_naming_the_request_span_still_matches_requests() {
 /// refuses both leave one audit line, with the name's line breaks replaced, and every line of
 /// the log is one the gateway wrote (a timestamp, a level). Before, the forwarded call's name
 /// went into its audit line as it came, and the line after its break read as an audit event.
+/// A request id of 100,000 characters is cut in the request's context (it was whole).
 #[tokio::test]
 async fn a_tool_name_cannot_forge_a_line_in_the_text_log() {
     let dir = TempDir::new("audit-text");
@@ -161,12 +162,28 @@ async fn a_tool_name_cannot_forge_a_line_in_the_text_log() {
     assert!(forwarded.error_code().is_some(), "{forwarded:?}");
     let refused = c.call_tool(&format!("nobody__x{forged}"), json!({})).await;
     assert_eq!(refused.error_code(), Some(-32602), "{refused:?}");
+    // A request id of 100,000 characters: every line of the request repeats it, cut.
+    let long_id = "i".repeat(100_000);
+    let call = json!({"jsonrpc": "2.0", "id": long_id, "method": "tools/call",
+        "params": {"name": "demo__echo", "arguments": {"message": "hi"}}});
+    let answered = c.post(&call).await;
+    assert_eq!(
+        answered.last()["id"],
+        long_id.as_str(),
+        "the answer keeps the id whole"
+    );
     let logs = gw.stop().await;
     let audits: Vec<&str> = logs
         .lines()
         .filter(|l| l.contains("switchyard::audit: tool call"))
         .collect();
-    assert_eq!(audits.len(), 2, "one audit line per call: {audits:#?}");
+    assert_eq!(audits.len(), 3, "one audit line per call: {audits:#?}");
+    let long = audits[2];
+    assert!(
+        long.contains(&format!("jsonrpc.request.id=\"\\\"{}\"", "i".repeat(127)))
+            && long.len() < 1_000,
+        "the id cut at 128 characters: {long:.300}"
+    );
     let want = [
         ("tool=\"x\u{fffd}2000-01-01T00:00:00", "upstream=\"demo\""),
         (
@@ -174,7 +191,7 @@ async fn a_tool_name_cannot_forge_a_line_in_the_text_log() {
             "upstream=\"-\"",
         ),
     ];
-    for (line, (tool, upstream)) in audits.iter().zip(want) {
+    for (line, (tool, upstream)) in audits[..2].iter().zip(want) {
         assert!(line.contains("tenant=\"acme\""), "{line}");
         assert!(line.contains(tool), "the name's break replaced: {line}");
         assert!(line.contains(upstream), "{line}");
