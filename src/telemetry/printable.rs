@@ -8,19 +8,14 @@ use std::borrow::Cow;
 pub const MAX_LOGGED_NAME: usize = 128;
 
 /// `name` with control characters replaced by U+FFFD and cut at [`MAX_LOGGED_NAME`]
-/// characters; borrowed when it needs neither (the common case: one pass over it).
+/// characters ([`cut`]); borrowed when it needs neither (the common case).
 pub fn printable(name: &str) -> Cow<'_, str> {
-    let mut chars = 0;
-    let clean = name.chars().all(|c| {
-        chars += 1;
-        !c.is_control()
-    }) && chars <= MAX_LOGGED_NAME;
-    if clean {
+    let kept = cut(name);
+    if kept.len() == name.len() && !kept.chars().any(char::is_control) {
         return Cow::Borrowed(name);
     }
     Cow::Owned(
-        name.chars()
-            .take(MAX_LOGGED_NAME)
+        kept.chars()
             .map(|c| if c.is_control() { '\u{fffd}' } else { c })
             .collect(),
     )
