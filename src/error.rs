@@ -524,13 +524,16 @@ impl GatewayError {
                     HeaderValue::from(retry_after_secs(r.retry_after)),
                 );
             }
-            // Bodies in the budget finish or time out within seconds.
+            // Bodies in the budget finish or time out within seconds. Refused before it was
+            // read: the connection ends, as below.
             GatewayError::BodyBudgetExhausted => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             // The rest of the body is still on its way: the connection cannot carry another
-            // request (HTTP/2 drops the header; the stream is reset instead).
-            GatewayError::BodyTimeout => {
+            // request, and says so (HTTP/2 drops the header; the stream is reset instead).
+            // The listener's lingering close lets the client finish sending and read this.
+            GatewayError::BodyTimeout | GatewayError::BodyTooLarge { .. } => {
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             _ => {}
@@ -574,8 +577,11 @@ mod tests {
     fn body_refusals_tell_the_client_when_to_retry_or_that_the_connection_ends() {
         let busy = GatewayError::BodyBudgetExhausted.into_response(None);
         assert_eq!(busy.headers()[header::RETRY_AFTER], "1");
+        assert_eq!(busy.headers()[header::CONNECTION], "close");
         let slow = GatewayError::BodyTimeout.into_response(None);
         assert_eq!(slow.headers()[header::CONNECTION], "close");
+        let large = GatewayError::BodyTooLarge { limit: 10 }.into_response(None);
+        assert_eq!(large.headers()[header::CONNECTION], "close");
     }
 
     #[test]

@@ -14,6 +14,7 @@
 mod admission;
 pub mod body;
 pub mod fds;
+mod linger;
 mod refuse;
 pub mod reload;
 mod repoll;
@@ -49,6 +50,7 @@ use tokio_rustls::TlsAcceptor;
 pub use tls::{CertError, ServerTls};
 
 use admission::{Admission, Refusal, Ticket};
+use linger::Lingering;
 use refuse::Refuser;
 use watchdog::{Activity, Expiry, Timeouts, Tracked, Watch};
 
@@ -403,6 +405,7 @@ impl<S: Service> Connection<S> {
 
     async fn run(self, tcp: TcpStream, tls: Option<TlsAcceptor>) {
         let remote = self.remote;
+        let tcp = Lingering::new(tcp);
         let Some(acceptor) = tls else {
             self.serve(tcp, None, false).await;
             return;

@@ -5,18 +5,19 @@
 //!
 //! Closing a socket whose request has not been read makes the kernel send a reset, which can
 //! destroy the response before the client reads it; so the connection is shut for writing
-//! and what the client sent is read and dropped for up to [`LINGER`] first. At most
+//! and what the client sent is read and dropped for up to [`LINGER`] first (`linger.rs`). At most
 //! [`MAX_LINGERING`] refused connections linger at once; beyond that they are closed at once
 //! (the descriptor reserve counts them, see `fds.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 use super::admission::Refusal;
+use super::linger::Lingering;
 
 /// How long a refused connection is read from before it is closed.
 pub const LINGER: Duration = Duration::from_secs(1);
@@ -55,20 +56,8 @@ impl Refuser {
         };
         tokio::spawn(async move {
             let _permit = permit;
-            let mut tcp = tcp;
-            let _ = tokio::time::timeout(LINGER, async {
-                tcp.shutdown().await?;
-                let mut buf = [0u8; 4096];
-                let mut read = 0;
-                while read < LINGER_BYTES {
-                    match tcp.read(&mut buf).await? {
-                        0 => break,
-                        n => read += n,
-                    }
-                }
-                Ok::<_, std::io::Error>(())
-            })
-            .await;
+            let mut tcp = Lingering::with_bounds(tcp, LINGER, LINGER_BYTES);
+            let _ = tcp.shutdown().await;
         });
     }
 }

@@ -112,6 +112,59 @@ async fn bodies_beyond_the_budget_get_503_before_they_are_read_and_the_budget_co
     assert_eq!(resp.status, 400, "{resp:?}");
 }
 
+#[tokio::test]
+async fn a_body_over_the_limit_gets_its_413_while_the_client_is_still_sending_it() {
+    let gw = start_in_process(64 * 1024, 1 << 20, Duration::from_secs(5)).await;
+    // The gateway answers on the announced length, before any byte of the body: the client
+    // only learns of it once it has sent its body, as most clients do.
+    let mut tcp = TcpStream::connect(gw.addr).await.expect("connect");
+    tcp.write_all(post_head(1_000_000).as_bytes())
+        .await
+        .expect("head");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let chunk = vec![b' '; 50_000];
+    for i in 0..20 {
+        // Before the lingering close, the gateway had closed the socket by now: the kernel
+        // reset the connection and these writes failed, the 413 unread.
+        tcp.write_all(&chunk)
+            .await
+            .unwrap_or_else(|e| panic!("writing chunk {i} of the body: {e}"));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let resp = read_response(&mut tcp, Duration::from_secs(5))
+        .await
+        .expect("the 413");
+    assert_eq!(resp.status, 413, "{resp:?}");
+    assert_eq!(resp.header("connection"), Some("close"), "{resp:?}");
+    assert!(
+        closed_after(&mut tcp, Instant::now(), Duration::from_secs(2))
+            .await
+            .is_some(),
+        "the connection stays open after the 413"
+    );
+
+    // A client that sends on and never closes is cut off once the linger time is over.
+    let mut tcp = TcpStream::connect(gw.addr).await.expect("connect");
+    tcp.write_all(post_head(1_000_000).as_bytes())
+        .await
+        .expect("head");
+    let started = Instant::now();
+    let resp = read_response(&mut tcp, Duration::from_secs(5))
+        .await
+        .expect("the 413");
+    assert_eq!(resp.status, 413, "{resp:?}");
+    let cut = loop {
+        if tcp.write_all(&chunk[..1000]).await.is_err() {
+            break started.elapsed();
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "never cut off");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // The linger time is 2 s.
+    assert!(cut >= Duration::from_millis(1500), "cut off after {cut:?}");
+    assert_eq!(gw.gateway.bodies.buffered(), 0);
+}
+
 /// What one slow client saw.
 #[derive(Debug, PartialEq, Eq, Hash, Clone, Copy)]
 enum Outcome {
