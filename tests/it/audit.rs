@@ -45,9 +45,7 @@ async fn every_tool_call_is_audited_with_what_it_came_to() {
     assert_eq!(forged_reply.error_code(), Some(-32602), "{forged_reply:?}");
 
     let logs = gw.stop().await;
-    let audits: Vec<Value> = logs
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    let audits: Vec<Value> = crate::support::json_lines(&logs)
         .filter(|v| v["target"] == "switchyard::audit")
         .collect();
     let seen: Vec<(&str, &str, &str)> = audits
@@ -120,10 +118,7 @@ async fn a_log_filter_naming_the_request_span_still_matches_requests() {
     let ok = c.call_tool("demo__echo", json!({"message": "hi"})).await;
     assert_eq!(ok.last()["result"]["isError"], Value::Null, "{ok:?}");
     let logs = gw.stop().await;
-    let lines: Vec<Value> = logs
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .collect();
+    let lines: Vec<Value> = crate::support::json_lines(&logs).collect();
     let audits: Vec<&Value> = lines
         .iter()
         .filter(|v| v["target"] == "switchyard::audit")

@@ -407,9 +407,7 @@ async fn a_stolen_session_id_is_404_on_every_replica_and_logged() {
     assert_eq!(alice_b.request("ping", json!({})).await.status, 200);
 
     let logs = b.stop().await + &a.stop().await;
-    let events: Vec<Value> = logs
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    let events: Vec<Value> = crate::support::json_lines(&logs)
         .filter(|v| v["target"] == "switchyard::security")
         .collect();
     assert!(
@@ -417,9 +415,7 @@ async fn a_stolen_session_id_is_404_on_every_replica_and_logged() {
         "each stolen-id request is a security event: {events:?}\n{logs}"
     );
     assert!(events.iter().all(|e| e["level"] == "WARN"), "{events:?}");
-    let audits: Vec<Value> = logs
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    let audits: Vec<Value> = crate::support::json_lines(&logs)
         .filter(|v| v["target"] == "switchyard::audit")
         .collect();
     assert_eq!(audits.len(), 1, "one audit event per tool call: {audits:?}");

@@ -389,9 +389,7 @@ async fn beyond_a_short_queue_calls_are_refused_counted_and_audited() {
         "every refusal counted ({}): {counted}",
         first.refused
     );
-    let limited: Vec<Value> = logs
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    let limited: Vec<Value> = crate::support::json_lines(&logs)
         .filter(|v| v["target"] == "switchyard::audit" && v["outcome"] == "limited")
         .collect();
     assert_eq!(

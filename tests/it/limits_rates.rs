@@ -442,9 +442,7 @@ async fn call_limits_select_the_tool_itself_and_refusals_are_audited() {
 
     // Every refused call is audited like any tool call, with the limit.
     let logs = gw.stop().await;
-    let audits: Vec<Value> = logs
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    let audits: Vec<Value> = crate::support::json_lines(&logs)
         .filter(|v| v["target"] == "switchyard::audit")
         .collect();
     let limited: Vec<&Value> = audits

@@ -321,9 +321,7 @@ async fn configmap_update_adds_and_removes_upstreams_and_tenants_under_open_sess
     assert!(tool_names(a.request("tools/list", json!({})).await.last()).contains("gamma__echo"));
 
     let log = gw.stop().await;
-    let errors: Vec<Value> = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    let errors: Vec<Value> = crate::support::json_lines(&log)
         .filter(|e| e["level"] == "ERROR" && e["target"] == "switchyard::config")
         .collect();
     let messages: Vec<&str> = errors
@@ -342,9 +340,7 @@ async fn configmap_update_adds_and_removes_upstreams_and_tenants_under_open_sess
             .any(|m| m.contains("gateway.yaml:") && m.contains("upstream_timeout")),
         "the unknown field is reported too: {messages:#?}"
     );
-    let applied = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    let applied = crate::support::json_lines(&log)
         .find(|e| e["message"] == "config reloaded")
         .unwrap_or_else(|| panic!("no `config reloaded` event in:\n{log}"));
     assert_eq!(applied["upstreams_started"], "[\"hr/gamma\"]", "{applied}");

@@ -287,9 +287,7 @@ async fn spans_and_trace_context_follow_a_request_through_both_upstreams() {
     assert_no_secrets(&receiver.spans(), &logs, &session);
 
     // The audit event of the first call, logged in its request's context.
-    let audit: Value = logs
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    let audit: Value = crate::support::json_lines(&logs)
         .find(|l| l["target"] == "switchyard::audit" && l["span"]["trace_id"] == trace_a)
         .unwrap_or_else(|| panic!("no audit line in trace A:\n{logs}"));
     assert_eq!(audit["upstream"], "web", "{audit}");

@@ -137,9 +137,7 @@ async fn per_core_workers_serve_one_session_from_every_connection() {
         .await;
     assert_eq!(after.status, 404, "{after:?}");
     let logs = gw.stop().await;
-    let started: Vec<Value> = logs
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    let started: Vec<Value> = crate::support::json_lines(&logs)
         .filter(|v| v["message"] == "connection workers started")
         .collect();
     assert_eq!(started.len(), 1, "{logs}");

@@ -97,3 +97,10 @@ pub fn read_trace(path: &std::path::Path) -> Vec<serde_json::Value> {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
 }
+
+/// The lines of a gateway's JSON log that parse as JSON (the others — a panic's text, a
+/// child's stderr passed through — left out), for tests that look for events in it.
+pub fn json_lines(logs: &str) -> impl Iterator<Item = serde_json::Value> + '_ {
+    logs.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+}
