@@ -1,6 +1,8 @@
 //! The accept loop on real sockets: `ConnInfo` on every request (plain and TLS, HTTP/1.1 and
 //! HTTP/2), bad handshakes not stopping the loop, graceful shutdown letting a request in
-//! progress finish, and connections stuck in the TLS handshake not holding shutdown up.
+//! progress finish, connections stuck in the TLS handshake not holding shutdown up, and an
+//! answer given before the request body was read reaching a client still sending it (plain
+//! and TLS: the lingering close).
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::Extension;
+use axum::http::StatusCode;
 use axum::http::Version;
-use axum::routing::get;
+use axum::routing::{get, post};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -29,6 +32,11 @@ fn router() -> Router {
                     format!("{} {} {version:?}", info.tls, info.remote.ip())
                 },
             ),
+        )
+        // Answers without reading the body (as a 413 on an announced length does).
+        .route(
+            "/refuse",
+            post(|| async { (StatusCode::PAYLOAD_TOO_LARGE, "too large") }),
         )
         .route(
             "/slow",
@@ -275,4 +283,59 @@ async fn answers_to_head_requests_have_no_body_over_http1_and_http2() {
     }
     let _ = stop.send(());
     task.await.unwrap().unwrap();
+}
+
+/// A client connection, over TLS (trusting `ca`) or not.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+async fn connect(addr: SocketAddr, ca: Option<&str>) -> Box<dyn Io> {
+    use rustls_pki_types::pem::PemObject;
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let Some(ca) = ca else {
+        return Box::new(tcp);
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    Box::new(connector.connect(name, tcp).await.unwrap())
+}
+
+#[tokio::test]
+async fn an_answer_before_the_body_reaches_a_client_still_sending_it() {
+    for tls in [false, true] {
+        let server = Server::start(tls).await;
+        let mut io = connect(server.addr, server.ca.as_deref()).await;
+        io.write_all(
+            b"POST /refuse HTTP/1.1\r\nhost: localhost\r\ncontent-length: 1000000\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        io.flush().await.unwrap();
+        // The answer is on its way and the server is done with the connection before the
+        // body starts: closing it at once would reset what follows.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let piece = vec![b'x'; 50_000];
+        for i in 0..20 {
+            io.write_all(&piece)
+                .await
+                .unwrap_or_else(|e| panic!("tls={tls}: piece {i} of the body: {e}"));
+            io.flush().await.unwrap();
+        }
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), io.read_to_end(&mut answer)).await;
+        assert!(matches!(read, Ok(Ok(_))), "tls={tls}: {read:?}");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 413 ") && answer.ends_with("too large"),
+            "tls={tls}: {answer}"
+        );
+        server.stop().await;
+    }
 }
