@@ -2,8 +2,9 @@
 //! front of a [`Service`] (the MCP front, or an axum router), HTTP/1.1 and HTTP/2 per
 //! connection, no body in an answer to HEAD, the drain at shutdown, and the connection-level
 //! limits: the caps (`admission.rs`, refusals in `refuse.rs`, the default cap derived from the
-//! descriptor limit in `fds.rs`), the header, idle and HTTP/2 bounds given to hyper, and the
-//! timers hyper lacks (`watchdog.rs`). The bounds on a request body (size, deadline and minimum
+//! descriptor limit in `fds.rs`), the header, idle and HTTP/2 bounds given to hyper, the
+//! timers hyper lacks (`watchdog.rs`), and the bounded lingering close of every connection
+//! (`linger.rs`). The bounds on a request body (size, deadline and minimum
 //! rate, the process-wide budget) are here too (`body.rs`): the handlers read every body
 //! through that one reader.
 //!
