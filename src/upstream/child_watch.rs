@@ -497,7 +497,7 @@ mod tests {
         let long = vec![b'x'; MAX_STDERR_LINE + 100];
         writer.write_all(&long).unwrap();
         writer.write_all(b"\nlast").unwrap();
-        // One turn reads it all (less than `READ_PER_TURN`); the end is seen at the next.
+        // One turn reads it all (less than `READ_PER_TURN`); the end is seen at a later one.
         assert!(s.read(&mut scratch, &mut said));
         drop(writer);
         // Another test's child may hold a copy of the write end for a moment (between its

@@ -91,11 +91,7 @@ impl Drop for TempDir {
 
 /// The JSON messages recorded in a demo server trace file so far.
 pub fn read_trace(path: &std::path::Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    json_lines(&std::fs::read_to_string(path).unwrap_or_default()).collect()
 }
 
 /// The lines of a gateway's JSON log that parse as JSON (the others — a panic's text, a
