@@ -184,6 +184,18 @@ trait Out {
     /// The same place as a writer, for the default visitor and `core::fmt` (messages escaped
     /// when the subscriber's writer escapes them; a line is only made up when it does).
     fn writer(&mut self) -> Writer<'_>;
+
+    /// An event's message, with terminal controls escaped when `sanitize` (as the default
+    /// format writes it).
+    fn message(&mut self, value: &dyn fmt::Debug, sanitize: bool) -> fmt::Result {
+        match sanitize {
+            true => fmt::Write::write_fmt(
+                &mut Sanitized(&mut self.writer()),
+                format_args!("{value:?}"),
+            ),
+            false => write!(self.writer(), "{value:?}"),
+        }
+    }
 }
 
 impl Out for Writer<'_> {
@@ -206,7 +218,28 @@ impl Out for &mut String {
     fn writer(&mut self) -> Writer<'_> {
         Writer::new(&mut **self)
     }
+
+    /// Written into the line as it is, then escaped in place only when it holds a byte that
+    /// could need it: a message is nearly always a constant without one, which this writes
+    /// without going through [`Sanitized`] character by character.
+    fn message(&mut self, value: &dyn fmt::Debug, sanitize: bool) -> fmt::Result {
+        let from = self.len();
+        fmt::Write::write_fmt(&mut **self, format_args!("{value:?}"))?;
+        if sanitize
+            && self.as_bytes()[from..]
+                .iter()
+                .any(|b| SANITIZED.contains(b))
+        {
+            let raw = self.split_off(from);
+            fmt::Write::write_str(&mut Sanitized(&mut Writer::new(&mut **self)), &raw)?;
+        }
+        Ok(())
+    }
 }
+
+/// The bytes of the characters [`Sanitized`] escapes: ESC, BEL, BS, FF, DEL, and the first
+/// byte of U+0080–U+009F (of U+00A0–U+00BF too, which it leaves as they are).
+const SANITIZED: [u8; 6] = [0x1b, 0x07, 0x08, 0x0c, 0x7f, 0xc2];
 
 struct Visitor<O> {
     out: O,
@@ -239,6 +272,7 @@ impl<O: Out> Visitor<O> {
     }
 
     /// Writes `name=` (after a space unless first), then `value`.
+    #[inline(always)]
     fn plain(&mut self, name: &str, value: &[&str]) {
         if self.result.is_err() {
             return;
@@ -258,7 +292,9 @@ impl<O: Out> Visitor<O> {
     }
 }
 
-/// ` name=value` (no space when first).
+/// ` name=value` (no space when first). Inlined: the separators and a string's quotes are
+/// constants then, copied without a call.
+#[inline(always)]
 fn write_field(w: &mut impl Out, first: bool, name: &str, value: &[&str]) -> fmt::Result {
     if !first {
         w.put(" ")?;
@@ -274,10 +310,30 @@ fn plain_name(name: &str) -> bool {
     name != "message" && !name.starts_with("r#")
 }
 
-/// Whether `{:?}` of `s` is `s` in quotes: printable ASCII without `"` or `\`.
+/// Whether `{:?}` of `s` is `s` in quotes: printable ASCII without `"` or `\`. Eight bytes
+/// at a time (a session id is 43): the classic "has a zero byte" and "has a byte under n"
+/// word tests, exact as yes-or-no answers.
 pub(super) fn needs_no_escape(s: &str) -> bool {
-    s.bytes()
-        .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v;
+    let mut words = s.as_bytes().chunks_exact(8);
+    for word in &mut words {
+        let mut x = [0u8; 8];
+        x.copy_from_slice(word);
+        let x = u64::from_le_bytes(x);
+        let controls = x.wrapping_sub(ONES * 0x20) & !x;
+        let quote = zero(x ^ (ONES * u64::from(b'"')));
+        let backslash = zero(x ^ (ONES * u64::from(b'\\')));
+        let delete = zero(x ^ (ONES * 0x7f));
+        if (x | controls | quote | backslash | delete) & HIGH != 0 {
+            return false;
+        }
+    }
+    words
+        .remainder()
+        .iter()
+        .all(|&b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
 }
 
 impl<O: Out> Visit for Visitor<O> {
@@ -320,13 +376,7 @@ impl<O: Out> Visit for Visitor<O> {
         self.result = if name == "message" {
             // Escaped as the default does, against terminal injection.
             let sep = if first { Ok(()) } else { w.put(" ") };
-            sep.and_then(|()| match self.sanitize {
-                true => fmt::Write::write_fmt(
-                    &mut Sanitized(&mut w.writer()),
-                    format_args!("{value:?}"),
-                ),
-                false => write!(w.writer(), "{value:?}"),
-            })
+            sep.and_then(|()| w.message(value, self.sanitize))
         } else {
             write_field(w, first, name, &[]).and_then(|()| write!(w.writer(), "{value:?}"))
         };
@@ -505,7 +555,7 @@ pub(super) mod tests {
                 error = &e as &(dyn std::error::Error + 'static),
                 "tool call \u{1b}[2J"
             );
-            tracing::warn!("only a message");
+            tracing::warn!("only a message, with a no-break space:\u{a0}");
             tracing::info!(late = 1u64, "message {} after", "args");
             let inner = tracing::info_span!("upstream call", upstream = "demo", n = 3u64);
             let _inner = inner.enter();
@@ -640,6 +690,32 @@ pub(super) mod tests {
             }
         }
         panic!("the clock disagrees with the default timer");
+    }
+
+    #[test]
+    fn the_word_test_agrees_with_the_rule_byte_by_byte() {
+        let rule = |s: &str| {
+            s.bytes()
+                .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+        };
+        // Every ASCII character and some beyond (two, three and four UTF-8 bytes, C1 controls),
+        // at every place in strings of every length across two words and a remainder.
+        let odd = [
+            '\u{80}', '\u{9b}', '\u{a0}', 'é', '\u{7ff}', '€', '\u{fffd}', '😀',
+        ];
+        let chars = (0u8..0x80).map(char::from).chain(odd);
+        for c in chars {
+            for len in 1..=20 {
+                for at in 0..len {
+                    let s: String = (0..len).map(|i| if i == at { c } else { 'a' }).collect();
+                    assert_eq!(needs_no_escape(&s), rule(&s), "{s:?}");
+                }
+            }
+        }
+        assert!(needs_no_escape(""));
+        assert!(needs_no_escape(
+            "a-session-id_43-characters-long-0123456789x"
+        ));
     }
 
     #[test]
