@@ -165,6 +165,60 @@ async fn a_body_over_the_limit_gets_its_413_while_the_client_is_still_sending_it
     assert_eq!(gw.gateway.bodies.buffered(), 0);
 }
 
+/// Answers given before the body is read (here a 415 for the wrong `Content-Type`) do not say
+/// `Connection: close`: a short body that has already arrived is read past and the connection
+/// serves the next request; one still on its way ends the connection after the answer, by
+/// lingering, so a client sending the rest reads the 415 instead of a reset.
+#[tokio::test]
+async fn an_early_refusal_keeps_the_connection_when_the_body_is_in_and_closes_it_cleanly_otherwise()
+{
+    let gw = start_in_process(64 * 1024, 1 << 20, Duration::from_secs(5)).await;
+    let head = |length: usize| {
+        post_head(length).replace("application/json\r\nAccept", "text/plain\r\nAccept")
+    };
+    let healthz = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+
+    let mut tcp = TcpStream::connect(gw.addr).await.expect("connect");
+    tcp.write_all(format!("{}{}", head(20), "x".repeat(20)).as_bytes())
+        .await
+        .expect("request");
+    let resp = read_response(&mut tcp, Duration::from_secs(5))
+        .await
+        .expect("the 415");
+    assert_eq!(resp.status, 415, "{resp:?}");
+    assert_eq!(resp.header("connection"), None, "{resp:?}");
+    tcp.write_all(healthz.as_bytes())
+        .await
+        .expect("second request");
+    let next = read_response(&mut tcp, Duration::from_secs(5))
+        .await
+        .expect("the same connection answers the next request");
+    assert_eq!(next.status, 200, "{next:?}");
+
+    // 60,000 bytes announced (under the 64 KiB limit), 1,000 sent before the answer, the
+    // rest after it.
+    let mut tcp = TcpStream::connect(gw.addr).await.expect("connect");
+    tcp.write_all(format!("{}{}", head(60_000), "x".repeat(1_000)).as_bytes())
+        .await
+        .expect("request");
+    let resp = read_response(&mut tcp, Duration::from_secs(5))
+        .await
+        .expect("the 415");
+    assert_eq!(resp.status, 415, "{resp:?}");
+    for i in 0..59 {
+        tcp.write_all(&[b'x'; 1_000])
+            .await
+            .unwrap_or_else(|e| panic!("writing piece {i} of the body: {e}"));
+    }
+    assert!(
+        closed_after(&mut tcp, Instant::now(), Duration::from_secs(3))
+            .await
+            .is_some(),
+        "the connection stays open after a refusal that left the body unread"
+    );
+    assert_eq!(gw.gateway.bodies.buffered(), 0);
+}
+
 /// What one slow client saw.
 #[derive(Debug, PartialEq, Eq, Hash, Clone, Copy)]
 enum Outcome {
