@@ -385,7 +385,8 @@ impl<O: Out> Visit for Visitor<O> {
 
 /// Writes a message with the characters a terminal would act on escaped, exactly as the
 /// default format does (ESC, BEL, BS, FF, DEL as `\x..`, C1 controls as `\u{..}`), runs of
-/// other characters at once.
+/// other characters at once. The bytes that start those characters are `SANITIZED`: the two
+/// change together.
 struct Sanitized<'a, 'w>(&'a mut Writer<'w>);
 
 impl fmt::Write for Sanitized<'_, '_> {

@@ -20,8 +20,13 @@ use crate::support::{TempDir, eventually};
 
 /// A POST head announcing `length` bytes of JSON to tenant `a`.
 fn post_head(length: usize) -> String {
+    post_head_of(length, "application/json")
+}
+
+/// A POST head announcing `length` bytes of `content_type` to tenant `a`.
+fn post_head_of(length: usize, content_type: &str) -> String {
     format!(
-        "POST /t/a/mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {length}\r\n\r\n"
+        "POST /t/a/mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\nAccept: application/json, text/event-stream\r\nContent-Length: {length}\r\n\r\n"
     )
 }
 
@@ -173,19 +178,9 @@ async fn a_body_over_the_limit_gets_its_413_while_the_client_is_still_sending_it
 async fn an_early_refusal_keeps_the_connection_when_the_body_is_in_and_closes_it_cleanly_otherwise()
 {
     let gw = start_in_process(64 * 1024, 1 << 20, Duration::from_secs(5)).await;
-    let head = |length: usize| {
-        post_head(length).replace("application/json\r\nAccept", "text/plain\r\nAccept")
-    };
     let healthz = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
 
-    let mut tcp = TcpStream::connect(gw.addr).await.expect("connect");
-    tcp.write_all(format!("{}{}", head(20), "x".repeat(20)).as_bytes())
-        .await
-        .expect("request");
-    let resp = read_response(&mut tcp, Duration::from_secs(5))
-        .await
-        .expect("the 415");
-    assert_eq!(resp.status, 415, "{resp:?}");
+    let (mut tcp, resp) = refused_as_plain_text(gw.addr, 20, 20).await;
     assert_eq!(resp.header("connection"), None, "{resp:?}");
     tcp.write_all(healthz.as_bytes())
         .await
@@ -197,14 +192,7 @@ async fn an_early_refusal_keeps_the_connection_when_the_body_is_in_and_closes_it
 
     // 60,000 bytes announced (under the 64 KiB limit), 1,000 sent before the answer, the
     // rest after it.
-    let mut tcp = TcpStream::connect(gw.addr).await.expect("connect");
-    tcp.write_all(format!("{}{}", head(60_000), "x".repeat(1_000)).as_bytes())
-        .await
-        .expect("request");
-    let resp = read_response(&mut tcp, Duration::from_secs(5))
-        .await
-        .expect("the 415");
-    assert_eq!(resp.status, 415, "{resp:?}");
+    let (mut tcp, _) = refused_as_plain_text(gw.addr, 60_000, 1_000).await;
     for i in 0..59 {
         tcp.write_all(&[b'x'; 1_000])
             .await
@@ -217,6 +205,23 @@ async fn an_early_refusal_keeps_the_connection_when_the_body_is_in_and_closes_it
         "the connection stays open after a refusal that left the body unread"
     );
     assert_eq!(gw.gateway.bodies.buffered(), 0);
+}
+
+/// Announces `length` bytes of plain text, sends `sent` of them and reads the 415; the
+/// connection and the answer.
+async fn refused_as_plain_text(
+    addr: SocketAddr,
+    length: usize,
+    sent: usize,
+) -> (TcpStream, Response) {
+    let mut tcp = TcpStream::connect(addr).await.expect("connect");
+    let request = format!("{}{}", post_head_of(length, "text/plain"), "x".repeat(sent));
+    tcp.write_all(request.as_bytes()).await.expect("request");
+    let resp = read_response(&mut tcp, Duration::from_secs(5))
+        .await
+        .expect("the 415");
+    assert_eq!(resp.status, 415, "{resp:?}");
+    (tcp, resp)
 }
 
 /// What one slow client saw.
