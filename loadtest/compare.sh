@@ -31,6 +31,8 @@
 # base-memory". LOADS='<loads>' runs just those of saturation, moderate and streamed, e.g. the
 # streamed Redis case alone: LOADS=streamed ONLY="gateway-redis base-redis"; the two event
 # modes: LOADS="streamed streamed-paced" ONLY="gateway-redis gateway-redis-fast".
+# CONNECTIONS=per-session gives each session of the load a connection of its own, as separate
+# hosts have (default: the sessions take turns on one shared pool of connections).
 # SMOKE=1 exits non-zero when any target had errors or made no call (CI runs
 # `SMOKE=1 SY_PROFILE=debug bash loadtest/compare.sh 1 1`: seconds, and never judged on timings).
 # SY_GATEWAY=<binary> runs the gateway targets with another build of it (scripts/build-pgo.sh
@@ -44,6 +46,11 @@ RATE="${RATE:-500}"
 RATE_SESSIONS="${RATE_SESSIONS:-16}"
 LOADS="${LOADS:-saturation moderate streamed}"
 OUT="${OUT:-$REPO/target/loadtest/compare}"
+case "${CONNECTIONS:-pooled}" in
+    pooled) CONN_ARGS="" ;;
+    per-session) CONN_ARGS="--connection-per-session" ;;
+    *) echo "compare: CONNECTIONS is pooled or per-session, not $CONNECTIONS" >&2; exit 1 ;;
+esac
 mkdir -p "$OUT"
 rm -f "$OUT"/*.json
 
@@ -206,9 +213,9 @@ measure() { # $1 = load name, $2.. = sy-load args
                 redis-cli -p "$RPORT" INFO commandstats >"$OUT/$load.$t.$round.cmdstats-before"
                 curl -s "${ADMIN[$t]}/metrics" >"$OUT/$load.$t.$round.metrics-before" || true
             fi
-            # shellcheck disable=SC2086 # CPU and AUTH_ARGS hold separate arguments
+            # shellcheck disable=SC2086 # CPU, AUTH_ARGS and CONN_ARGS hold separate arguments
             "$LOAD" calls --url "${TARGET[$t]}" --seconds "$SECONDS_RUN" --warmup 1 ${CPU[$t]} \
-                ${AUTH_ARGS[$t]:-} "$@" \
+                ${AUTH_ARGS[$t]:-} ${CONN_ARGS} "$@" \
                 >"$OUT/$load.$t.$round.json"
             # Redis targets: the commands the run cost (warm-up and session setup included).
             if [[ -n "$before" ]]; then

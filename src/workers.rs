@@ -42,16 +42,22 @@ pub fn home() -> usize {
 
 /// Spawns `task` on the next worker while a [`Spreading`] guard is held on this thread, on the
 /// current runtime otherwise: for tasks that serve every connection (a shared stdio process's
-/// supervisor), started where no connection is.
-pub fn spawn_spread<F>(task: F) -> tokio::task::JoinHandle<F::Output>
+/// supervisor), started where no connection is. Returns the task and the worker it runs on
+/// (as [`home`] numbers them: 0 when not on a worker).
+pub fn spawn_spread<F>(task: F) -> (tokio::task::JoinHandle<F::Output>, usize)
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    let worker = SPREAD.with(|s| s.borrow().as_ref().map(|pool| pool.pick().clone()));
+    let worker = SPREAD.with(|s| {
+        s.borrow().as_ref().map(|pool| {
+            let (handle, home) = pool.pick_numbered();
+            (handle.clone(), home)
+        })
+    });
     match worker {
-        Some(handle) => handle.spawn(task),
-        None => tokio::spawn(task),
+        Some((handle, home)) => (handle.spawn(task), home),
+        None => (tokio::spawn(task), home()),
     }
 }
 
@@ -63,8 +69,13 @@ struct Pool {
 
 impl Pool {
     fn pick(&self) -> &Handle {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        &self.handles[n % self.handles.len()]
+        self.pick_numbered().0
+    }
+
+    /// The next worker and its number (1-based, as [`home`] says on its thread).
+    fn pick_numbered(&self) -> (&Handle, usize) {
+        let n = self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len();
+        (&self.handles[n], n + 1)
     }
 }
 
@@ -212,13 +223,16 @@ mod tests {
             ]
         };
         let mut homes = Vec::new();
-        for task in spread {
-            homes.push(task.await.unwrap());
+        for (task, told) in spread {
+            let ran_on = task.await.unwrap();
+            assert_eq!(ran_on, told, "the worker it was said to run on");
+            homes.push(ran_on);
         }
         homes.sort_unstable();
         assert_eq!(homes, [1, 2]);
         // The guard is gone: the current runtime's.
-        assert_eq!(spawn_spread(async { home() }).await.unwrap(), 0);
+        let (task, told) = spawn_spread(async { home() });
+        assert_eq!((task.await.unwrap(), told), (0, 0));
         workers.stop().await;
     }
 

@@ -33,6 +33,9 @@ pub struct Plan {
     pub cpu_pids: Vec<(String, u32)>,
     /// An access token every request carries (`Authorization: Bearer`).
     pub bearer: Option<String>,
+    /// Each session on a client (a connection) of its own, rather than all sessions on one
+    /// shared pool of connections.
+    pub connection_per_session: bool,
 }
 
 /// What one session measured after the warm-up.
@@ -54,20 +57,33 @@ pub async fn run(plan: Plan) -> Result<Value, String> {
             .map_err(|_| "the bearer token is not a header value".to_owned())?;
         headers.insert(reqwest::header::AUTHORIZATION, value);
     }
-    let http = reqwest::Client::builder()
-        .default_headers(headers)
-        .timeout(Duration::from_secs(30))
-        .pool_max_idle_per_host(plan.sessions)
-        .tcp_nodelay(true)
-        .build()
-        .map_err(|e| e.to_string())?;
+    let client = || {
+        reqwest::Client::builder()
+            .default_headers(headers.clone())
+            .timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(plan.sessions)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| e.to_string())
+    };
+    let shared = client()?;
+    let http = |_| -> Result<reqwest::Client, String> {
+        if plan.connection_per_session {
+            client()
+        } else {
+            Ok(shared.clone())
+        }
+    };
+    let clients = (0..plan.sessions)
+        .map(http)
+        .collect::<Result<Vec<_>, _>>()?;
     let plan = std::sync::Arc::new(plan);
     let start = Instant::now() + Duration::from_millis(200);
     let measure_from = start + plan.warmup;
     let end = measure_from + plan.duration;
     let mut tasks = Vec::with_capacity(plan.sessions);
-    for n in 0..plan.sessions {
-        let (http, plan) = (http.clone(), plan.clone());
+    for (n, http) in clients.into_iter().enumerate() {
+        let plan = plan.clone();
         tasks.push(tokio::spawn(async move {
             session(&http, &plan, n, start, measure_from, end).await
         }));

@@ -98,6 +98,10 @@ enum Command {
         /// `Authorization: Bearer` (a tenant with `auth`).
         #[arg(long)]
         bearer_file: Option<std::path::PathBuf>,
+        /// Give every session a client (and so a connection) of its own, as separate hosts
+        /// have, instead of one pool of connections all sessions' calls take turns on.
+        #[arg(long)]
+        connection_per_session: bool,
     },
     /// N connections that never finish a request head: when the gateway closes them.
     Slowloris {
@@ -237,6 +241,7 @@ async fn main() -> std::process::ExitCode {
             batch,
             cpu,
             bearer_file,
+            connection_per_session,
         } => match (
             serde_json::from_str(&arguments),
             parse_pids(&cpu),
@@ -258,6 +263,7 @@ async fn main() -> std::process::ExitCode {
                     batch: batch.max(1),
                     cpu_pids,
                     bearer,
+                    connection_per_session,
                 })
                 .await
             }

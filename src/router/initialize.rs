@@ -44,6 +44,24 @@ pub enum Opening {
     },
 }
 
+/// A new session's id, made (when the tenant has shared stdio processes and this runs on a
+/// connection worker) to pin the session to the processes whose answers are read on this
+/// worker: a host keeps its session on its connection, so the answers then wake no other
+/// thread. Only the id's spread is steered, not its random part (`SessionId::generate_spread`).
+fn fresh_id(tenant: &Tenant) -> SessionId {
+    let here = crate::workers::home();
+    if here == 0 || tenant.upstreams.iter().all(|u| !u.is_shared()) {
+        return SessionId::generate();
+    }
+    SessionId::generate_spread(|spread| {
+        tenant
+            .upstreams
+            .iter()
+            .filter(|u| u.answers_elsewhere(spread, here))
+            .count()
+    })
+}
+
 /// Creates a session for `principal` and returns it with the `initialize` response. The
 /// session is counted against the tenant's session limits before any upstream is reached
 /// (refused: 429, nothing left behind), and closed unless the client finishes the handshake
@@ -71,7 +89,7 @@ pub async fn initialize(
     };
     let version = ProtocolVersion::negotiate(&params.protocol_version);
     let (id, transport, stream) = match opening {
-        Opening::StreamableHttp => (SessionId::generate(), ClientTransport::StreamableHttp, None),
+        Opening::StreamableHttp => (fresh_id(tenant), ClientTransport::StreamableHttp, None),
         Opening::LegacySse { id, stream } => (id, ClientTransport::LegacySse, stream),
     };
     let key = SessionKey {

@@ -1,4 +1,5 @@
-//! Session ids: 192 bits from the operating system's CSPRNG, hex encoded (visible ASCII only).
+//! Session ids: 192 bits from the operating system's CSPRNG, hex encoded (visible ASCII only),
+//! sometimes with one more hex digit that steers the id's spread over a process pool.
 
 use std::fmt;
 use std::sync::Arc;
@@ -17,15 +18,33 @@ const MAX_PRESENTED_LEN: usize = 128;
 impl SessionId {
     /// A fresh id from the OS CSPRNG.
     pub fn generate() -> SessionId {
-        let mut bytes = [0u8; ID_BYTES];
-        rand::rngs::SysRng
-            .try_fill_bytes(&mut bytes)
-            .expect("the operating system's random source is available");
-        let mut s = String::with_capacity(ID_BYTES * 2);
-        for b in bytes {
-            s.push(char::from(HEX[usize::from(b >> 4)]));
-            s.push(char::from(HEX[usize::from(b & 0xf)]));
+        SessionId(random_hex().into())
+    }
+
+    /// A fresh id whose [`spread`](Self::spread) suits the caller: `misses` counts what is
+    /// wrong with a spread (0: nothing). When the random id's spread misses, one or two hex
+    /// digits are appended: the first of the 272 suffixes that misses least. The 192 random
+    /// bits are never drawn again or chosen, so the id keeps all of its entropy; the suffix only
+    /// moves the spread (FNV-1a's last steps), which every replica computes the same way.
+    pub fn generate_spread(misses: impl Fn(usize) -> usize) -> SessionId {
+        let mut s = random_hex();
+        let base = fnv_1a(FNV_OFFSET, s.as_bytes());
+        let mut least = (misses(base as usize), 0, [0u8; 2]);
+        let singles = HEX.iter().map(|&d| (1, [d, 0]));
+        let pairs = HEX
+            .iter()
+            .flat_map(|&a| HEX.iter().map(move |&b| (2, [a, b])));
+        for (len, suffix) in singles.chain(pairs) {
+            if least.0 == 0 {
+                break;
+            }
+            let m = misses(fnv_1a(base, &suffix[..len]) as usize);
+            if m < least.0 {
+                least = (m, len, suffix);
+            }
         }
+        let (_, len, suffix) = least;
+        s.extend(suffix[..len].iter().map(|&d| char::from(d)));
         SessionId(s.into())
     }
 
@@ -45,12 +64,33 @@ impl SessionId {
     /// A number derived from the id that is the same on every replica and build (FNV-1a), to
     /// spread sessions over a pool evenly and consistently.
     pub fn spread(&self) -> usize {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in self.0.bytes() {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-        h as usize
+        fnv_1a(FNV_OFFSET, self.0.as_bytes()) as usize
     }
+}
+
+/// FNV-1a's starting value.
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a (64-bit) of `bytes`, continued from `h`.
+fn fnv_1a(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// `ID_BYTES` from the OS CSPRNG, hex encoded.
+fn random_hex() -> String {
+    let mut bytes = [0u8; ID_BYTES];
+    rand::rngs::SysRng
+        .try_fill_bytes(&mut bytes)
+        .expect("the operating system's random source is available");
+    let mut s = String::with_capacity(ID_BYTES * 2 + 2);
+    for b in bytes {
+        s.push(char::from(HEX[usize::from(b >> 4)]));
+        s.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    s
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -134,6 +174,40 @@ mod tests {
             seen[SessionId::generate().spread() % 4] += 1;
         }
         assert!(seen.iter().all(|&n| n > 50), "uneven spread: {seen:?}");
+    }
+
+    #[test]
+    fn an_id_can_be_made_to_spread_where_asked_without_losing_its_random_part() {
+        // Nothing to ask: the plain random id.
+        let plain = SessionId::generate_spread(|_| 0);
+        assert_eq!(plain.as_str().len(), 48);
+        for slots in [2usize, 3, 4] {
+            for want in 0..slots {
+                let mut appended = 0;
+                for _ in 0..50 {
+                    let id = SessionId::generate_spread(|s| usize::from(s % slots != want));
+                    assert_eq!(id.spread() % slots, want, "{slots} slots, {want}: {id:?}");
+                    let text = id.as_str();
+                    assert!((48..=50).contains(&text.len()), "{text}");
+                    assert!(text.bytes().all(|c| c.is_ascii_hexdigit()), "{text}");
+                    assert_eq!(SessionId::from_presented(text).as_ref(), Some(&id));
+                    appended += usize::from(text.len() > 48);
+                }
+                // A random id lands where asked one time in `slots`; the rest took a suffix.
+                assert!(appended > 0 && appended < 50, "{slots}/{want}: {appended}");
+            }
+        }
+        // Two wishes at once (one spread in six meets both; some of 273 does).
+        let id = SessionId::generate_spread(|s| usize::from(s % 2 != 0) + usize::from(s % 3 != 1));
+        assert_eq!((id.spread() % 2, id.spread() % 3), (0, 1), "{id:?}");
+        // Sixteen slots (a 16-core machine's workers): still met.
+        for want in 0..16 {
+            let id = SessionId::generate_spread(|s| usize::from(s % 16 != want));
+            assert_eq!(id.spread() % 16, want, "{id:?}");
+        }
+        // Impossible wishes still give a valid id.
+        let id = SessionId::generate_spread(|_| 1);
+        assert_eq!(id.as_str().len(), 48);
     }
 
     #[test]

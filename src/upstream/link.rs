@@ -218,6 +218,16 @@ impl Connection {
         }
     }
 
+    /// The connection worker a stdio connection's answers are read on (`workers::home`'s
+    /// numbering; 0 when not on a worker, and for HTTP links, whose answers are read by the
+    /// caller's own task).
+    pub fn home(&self) -> usize {
+        match &self.link {
+            Link::Stdio(l) => l.home(),
+            Link::Http(_) | Link::Sse(_) => 0,
+        }
+    }
+
     /// Restarts of a stdio connection after unexpected exits.
     pub fn restarts(&self) -> u64 {
         match &self.link {

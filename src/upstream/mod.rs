@@ -289,11 +289,26 @@ impl Upstream {
     /// The pooled connection a session is pinned to: chosen by its id, so every replica
     /// agrees and one session's requests keep one upstream process.
     fn pooled_for(&self, session: &dyn ClientSession) -> Option<&Arc<Connection>> {
+        self.pooled_by(session.pin())
+    }
+
+    /// The pooled connection of a session whose id spreads to `spread` (`SessionId::spread`).
+    fn pooled_by(&self, spread: usize) -> Option<&Arc<Connection>> {
         let pool = self.pool();
         if pool.is_empty() {
             return None;
         }
-        Some(&pool[session.pin() % pool.len()])
+        Some(&pool[spread % pool.len()])
+    }
+
+    /// Whether a session whose id spreads to `spread` would be pinned to a shared process
+    /// whose answers are read on another connection worker than `here` (each of its answers
+    /// would then wake that other thread). `false` when there is no pool, or either side is
+    /// not a worker.
+    pub fn answers_elsewhere(&self, spread: usize, here: usize) -> bool {
+        self.pooled_by(spread)
+            .map(|c| c.home())
+            .is_some_and(|home| here != 0 && home != 0 && home != here)
     }
 
     /// A ready connection for `session`: the shared one, or a new dedicated one (a child

@@ -6,7 +6,7 @@
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -58,6 +58,9 @@ pub struct StdioLink {
     pid: AtomicU32,
     /// Number of restarts after unexpected exits.
     restarts: AtomicU64,
+    /// The connection worker the supervisor (and so the reading of the child's answers) runs
+    /// on, as `workers::home` numbers them (0: not a worker).
+    home: AtomicUsize,
     config: Arc<StdioConfig>,
 }
 
@@ -70,6 +73,7 @@ impl StdioLink {
             supervisor: Mutex::new(None),
             pid: AtomicU32::new(0),
             restarts: AtomicU64::new(0),
+            home: AtomicUsize::new(0),
             config,
         }
     }
@@ -81,7 +85,8 @@ impl StdioLink {
         // client connections — for those on the same worker, its answers wake no other
         // thread — instead of on the main runtime, which would put a hand-off between every
         // answer and its caller.
-        let task = crate::workers::spawn_spread(supervise(conn, init_timeout, max_line));
+        let (task, home) = crate::workers::spawn_spread(supervise(conn, init_timeout, max_line));
+        self.home.store(home, Ordering::Relaxed);
         if let Ok(mut s) = self.supervisor.lock() {
             *s = Some(task);
         }
@@ -93,6 +98,11 @@ impl StdioLink {
 
     pub fn restarts(&self) -> u64 {
         self.restarts.load(Ordering::Relaxed)
+    }
+
+    /// The connection worker the child's answers are read on (0: not a worker).
+    pub fn home(&self) -> usize {
+        self.home.load(Ordering::Relaxed)
     }
 
     pub fn state(&self) -> LinkState {

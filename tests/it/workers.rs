@@ -144,6 +144,79 @@ async fn per_core_workers_serve_one_session_from_every_connection() {
     assert_eq!(started[0]["workers"], 3, "{logs}");
 }
 
+/// The pid of the shared stdio process serving `client`'s session (the demo's `pid` tool).
+async fn process_of(client: &RawClient) -> String {
+    let reply = client.call_tool("local__pid", json!({})).await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    reply.last()["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a pid: {reply:?}"))
+        .to_owned()
+}
+
+/// A session opened on a connection is pinned to the shared stdio process whose answers are
+/// read on that connection's worker, so its answers wake no other thread: every session opened
+/// on one connection lands on one process (by chance, six would all agree one time in 32),
+/// and those of a connection on the other worker on the other process. Every session's id is
+/// still one of the gateway's (48 random hex digits, perhaps one or two more), and any
+/// connection serves it.
+#[tokio::test]
+async fn sessions_are_pinned_to_the_stdio_process_read_on_their_connections_worker() {
+    let dir = TempDir::new("workers-pinned");
+    let up = HttpPeer::demo(free_port(), &[]).await;
+    let port = free_port();
+    let path = dir.path("gw.yaml");
+    let demo = demo_server_exe().display().to_string();
+    std::fs::write(
+        &path,
+        format!(
+            "listen: 127.0.0.1:{port}\ntenants:\n  - name: acme\n    upstreams:\n      \
+             - {{name: web, http: {{url: \"{}\"}}}}\n      \
+             - {{name: local, stdio: {{command: \"{demo}\", args: [--stdio, --test-tools], sharing: shared, pool_size: 2}}}}\n",
+            up.url()
+        ),
+    )
+    .expect("config");
+    let gw = GatewayProcess::run_with_env(
+        &path,
+        port,
+        &[],
+        &[("TOKIO_WORKER_THREADS", "2")],
+        "workers",
+    )
+    .await;
+    let url = gw.url("acme");
+    let mut pids = Vec::new();
+    // Two connections, dealt to the two workers in turn; six sessions opened on each.
+    for connection in 0..2 {
+        let mut c = RawClient::new(url.clone());
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            c.session = None;
+            c.initialize().await;
+            let id = c.session.clone().expect("a session");
+            assert!(
+                (48..=50).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_hexdigit()),
+                "{id}"
+            );
+            seen.push(process_of(&c).await);
+            // Served from another connection (another worker) as well.
+            let other = on_new_connection(&url, &id);
+            assert_eq!(process_of(&other).await, seen[seen.len() - 1], "{id}");
+        }
+        assert!(
+            seen.iter().all(|p| *p == seen[0]),
+            "connection {connection}: sessions on several processes: {seen:?}"
+        );
+        pids.push(seen[0].clone());
+    }
+    assert_ne!(
+        pids[0], pids[1],
+        "both connections' sessions on one process"
+    );
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn shared_runs_no_workers_and_serves_the_same() {
     let dir = TempDir::new("workers-shared");
