@@ -1,5 +1,5 @@
 //! Session ids: 192 bits from the operating system's CSPRNG, hex encoded (visible ASCII only),
-//! sometimes with one more hex digit that steers the id's spread over a process pool.
+//! sometimes with one or two more hex digits that steer the id's spread over a process pool.
 
 use std::fmt;
 use std::sync::Arc;
