@@ -66,16 +66,9 @@ pub async fn run(plan: Plan) -> Result<Value, String> {
             .build()
             .map_err(|e| e.to_string())
     };
-    let shared = client()?;
-    let http = |_| -> Result<reqwest::Client, String> {
-        if plan.connection_per_session {
-            client()
-        } else {
-            Ok(shared.clone())
-        }
-    };
+    let shared = (!plan.connection_per_session).then(client).transpose()?;
     let clients = (0..plan.sessions)
-        .map(http)
+        .map(|_| shared.clone().map_or_else(client, Ok))
         .collect::<Result<Vec<_>, _>>()?;
     let plan = std::sync::Arc::new(plan);
     let start = Instant::now() + Duration::from_millis(200);

@@ -52,7 +52,7 @@ async fn start(dir: &TempDir, mode: Option<&str>, threads: &str, up: &HttpPeer) 
         format!(
             "listen: 127.0.0.1:{port}\n{mode}tenants:\n  - name: acme\n    upstreams:\n      \
              - {{name: web, http: {{url: \"{}\"}}}}\n      \
-             - {{name: local, stdio: {{command: \"{demo}\", args: [--stdio], sharing: shared, pool_size: 2}}}}\n",
+             - {{name: local, stdio: {{command: \"{demo}\", args: [--stdio, --test-tools], sharing: shared, pool_size: 2}}}}\n",
             up.url()
         ),
     )
@@ -164,27 +164,7 @@ async fn process_of(client: &RawClient) -> String {
 async fn sessions_are_pinned_to_the_stdio_process_read_on_their_connections_worker() {
     let dir = TempDir::new("workers-pinned");
     let up = HttpPeer::demo(free_port(), &[]).await;
-    let port = free_port();
-    let path = dir.path("gw.yaml");
-    let demo = demo_server_exe().display().to_string();
-    std::fs::write(
-        &path,
-        format!(
-            "listen: 127.0.0.1:{port}\ntenants:\n  - name: acme\n    upstreams:\n      \
-             - {{name: web, http: {{url: \"{}\"}}}}\n      \
-             - {{name: local, stdio: {{command: \"{demo}\", args: [--stdio, --test-tools], sharing: shared, pool_size: 2}}}}\n",
-            up.url()
-        ),
-    )
-    .expect("config");
-    let gw = GatewayProcess::run_with_env(
-        &path,
-        port,
-        &[],
-        &[("TOKIO_WORKER_THREADS", "2")],
-        "workers",
-    )
-    .await;
+    let gw = start(&dir, None, "2", &up).await;
     let url = gw.url("acme");
     let mut pids = Vec::new();
     // Two connections, dealt to the two workers in turn; six sessions opened on each.
