@@ -158,10 +158,12 @@ impl StdioLink {
     ) -> impl Future<Output = Result<(), GatewayError>> {
         // Raw newlines can only be insignificant whitespace in valid JSON (inside strings they
         // must be escaped), so replacing them keeps the message intact and the framing sound.
-        for b in bytes.iter_mut() {
-            if *b == b'\n' || *b == b'\r' {
-                *b = b' ';
-            }
+        // Found with memchr (most messages hold none): a byte-by-byte loop cost ~4
+        // instructions per byte of every message.
+        let mut from = 0;
+        while let Some(i) = memchr::memchr2(b'\n', b'\r', &bytes[from..]) {
+            bytes[from + i] = b' ';
+            from += i + 1;
         }
         bytes.push(b'\n');
         let writer = self.writer.lock().ok().and_then(|w| w.clone());

@@ -574,3 +574,33 @@ async fn a_child_that_stops_reading_costs_bounded_waits_and_clear_errors() {
     assert!(dropped > 0.0, "no dropped relay counted:\n{metrics}");
     gw.stop().await;
 }
+
+/// A client's body that is pretty-printed (raw line feeds and carriage returns between its
+/// tokens) reaches a stdio process as one line: the blanks become spaces, a `\n` escaped inside
+/// a string stays what it was, and the framing holds for the calls after it.
+#[tokio::test]
+async fn a_pretty_printed_request_reaches_a_stdio_process_as_one_line() {
+    let gw = TestGateway::start(config(vec![tenant(
+        "pretty",
+        vec![demo_upstream(None, StdioSharing::Shared)],
+    )]))
+    .await;
+    let mut c = RawClient::new(gw.url("pretty"));
+    c.initialize().await;
+    let headers = c.standard_headers();
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    for i in 0..3 {
+        let body = format!(
+            "{{\r\n  \"jsonrpc\": \"2.0\",\n  \"id\": {i},\r\n  \"method\": \"tools/call\",\n  \
+             \"params\": {{\n    \"name\": \"echo\",\r\n    \"arguments\": {{\"message\": \
+             \"line {i}\\nnext\\r\\nlast\"}}\n  }}\n}}\r\n"
+        );
+        let reply = tokio::time::timeout(Duration::from_secs(10), c.post_raw(&body, &headers))
+            .await
+            .expect("a pretty-printed call answered in time");
+        assert_eq!(reply.status, 200, "call {i}");
+        assert_eq!(reply.last()["id"], json!(i), "call {i}: its own answer");
+        assert_eq!(text_of(reply.last()), format!("line {i}\nnext\r\nlast"));
+    }
+    gw.stop().await;
+}
