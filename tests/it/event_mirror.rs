@@ -169,6 +169,102 @@ async fn streams_written_at_once_arrive_in_order_with_one_ttl_each() {
     assert_eq!(expire, STREAMS, "one EXPIRE per stream, not per write");
 }
 
+/// A stream's copy is kept to about its bound (`max_len` entries; Redis trims whole nodes of
+/// 100 with `~`), and Redis is asked to trim only once the stream could hold more than that:
+/// its entry ids rise, so until the `max_len`-th event there is nothing to trim and the
+/// writes carry no `MAXLEN` (read back from Redis's slow log, which logs every command here).
+#[tokio::test]
+async fn a_streams_copy_is_trimmed_only_once_it_could_exceed_its_bound() {
+    const BOUND: usize = 100;
+    const EVENTS: u64 = 1_000;
+    let server = RedisServer::start().await;
+    let redis = Redis::connect(&redis_config(&server, "trim").await)
+        .await
+        .unwrap();
+    let events = RedisEvents::new(
+        redis.clone(),
+        Duration::from_secs(60),
+        BOUND,
+        EventDurability::Durable,
+    );
+    let mut conn = server.conn().await;
+    for (name, value) in [
+        ("slowlog-log-slower-than", "0"),
+        ("slowlog-max-len", "100000"),
+    ] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let _: () = redis::cmd("SLOWLOG")
+        .arg("RESET")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let session = session();
+    let queue = events.mirror(&session, "long");
+    send_events(&queue, "long", 1..=EVENTS, Some(EVENTS), false);
+    written_up_to(&queue, EVENTS).await;
+
+    let key = redis.keys.events(&session, "long");
+    let len: usize = redis::cmd("XLEN")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        (BOUND..=BOUND + 100).contains(&len),
+        "the copy is kept to about its bound ({BOUND}), not {len} of {EVENTS} entries"
+    );
+    // Each slow-log entry: id, time, duration, the command's arguments, ...
+    let log: Vec<(u64, u64, u64, Vec<Vec<u8>>)> = {
+        let raw: Vec<redis::Value> = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        raw.into_iter()
+            .map(|entry| {
+                let redis::Value::Array(fields) = entry else {
+                    panic!("a slow-log entry is an array: {entry:?}")
+                };
+                redis::from_redis_value(redis::Value::Array(fields[..4].to_vec())).unwrap()
+            })
+            .collect()
+    };
+    let mut trimming = Vec::new();
+    for (_, _, _, args) in &log {
+        if !args[0].eq_ignore_ascii_case(b"XADD") || args[1] != key.as_bytes() {
+            continue;
+        }
+        let id = args
+            .iter()
+            .find(|a| a.starts_with(b"0-"))
+            .expect("an explicit entry id");
+        let seq: u64 = std::str::from_utf8(&id[2..]).unwrap().parse().unwrap();
+        let trims = args.iter().any(|a| a.eq_ignore_ascii_case(b"MAXLEN"));
+        trimming.push((seq, trims));
+    }
+    trimming.sort_unstable();
+    assert_eq!(
+        trimming.len() as u64,
+        EVENTS,
+        "one XADD per event in the slow log"
+    );
+    for (seq, trims) in trimming {
+        assert_eq!(
+            trims,
+            seq > BOUND as u64,
+            "event {seq}: MAXLEN only once the stream could exceed {BOUND} entries"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_key_gone_mid_stream_comes_back_with_its_ttl() {
     let server = RedisServer::start().await;
