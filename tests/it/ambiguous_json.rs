@@ -28,13 +28,6 @@ async fn session(gw: &TestGateway, tenant: &str) -> RawClient {
     c
 }
 
-/// POSTs a request written by hand (duplicate members cannot be built with `json!`).
-async fn post_text(c: &RawClient, text: &str) -> Reply {
-    let headers: Vec<(&str, String)> = c.standard_headers();
-    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    c.post_raw(text, &headers).await
-}
-
 /// Asserts the reply is the refusal of an ambiguous message naming `path`, with the request's id.
 fn assert_refused(r: &Reply, path: &str, id: Value) {
     assert_eq!(r.status, 400, "{r:?}");
@@ -65,53 +58,31 @@ async fn duplicate_names_uris_refs_and_cursors_are_refused() {
     assert_eq!(texts(&r), "called echo", "{r:?}");
 
     // `name`: checked and routed by the first, executed by the last.
-    let r = post_text(
-        &c,
-        r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"a__echo","name":"whoami","arguments":{}}}"#,
-    )
-    .await;
+    let r = c.post_text(r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"a__echo","name":"whoami","arguments":{}}}"#).await;
     assert_refused(&r, "params.name", json!(11));
 
     // `uri`: routed by the first (and namespaced), read by the last.
-    let r = post_text(
-        &c,
-        r#"{"jsonrpc":"2.0","id":12,"method":"resources/read","params":{"uri":"a+lw://public","uri":"lw://secret"}}"#,
-    )
-    .await;
+    let r = c.post_text(r#"{"jsonrpc":"2.0","id":12,"method":"resources/read","params":{"uri":"a+lw://public","uri":"lw://secret"}}"#).await;
     assert_refused(&r, "params.uri", json!(12));
 
     // `ref`: both the member inside it and the member itself.
-    let r = post_text(
-        &c,
-        r#"{"jsonrpc":"2.0","id":"13","method":"completion/complete","params":{"ref":{"type":"ref/prompt","name":"a__p","name":"secret"},"argument":{"name":"x","value":""}}}"#,
-    )
-    .await;
+    let r = c.post_text(r#"{"jsonrpc":"2.0","id":"13","method":"completion/complete","params":{"ref":{"type":"ref/prompt","name":"a__p","name":"secret"},"argument":{"name":"x","value":""}}}"#).await;
     assert_refused(&r, "params.ref.name", json!("13"));
-    let r = post_text(
-        &c,
-        r#"{"jsonrpc":"2.0","id":14,"method":"completion/complete","params":{"ref":{"type":"ref/prompt","name":"a__p"},"argument":{"name":"x","value":""},"ref":{"type":"ref/prompt","name":"secret"}}}"#,
-    )
-    .await;
+    let r = c.post_text(r#"{"jsonrpc":"2.0","id":14,"method":"completion/complete","params":{"ref":{"type":"ref/prompt","name":"a__p"},"argument":{"name":"x","value":""},"ref":{"type":"ref/prompt","name":"secret"}}}"#).await;
     assert_refused(&r, "params.ref", json!(14));
 
     // `cursor`.
-    let r = post_text(
-        &c,
-        r#"{"jsonrpc":"2.0","id":15,"method":"tools/list","params":{"cursor":"x","cursor":"y"}}"#,
-    )
-    .await;
+    let r = c.post_text(r#"{"jsonrpc":"2.0","id":15,"method":"tools/list","params":{"cursor":"x","cursor":"y"}}"#).await;
     assert_refused(&r, "params.cursor", json!(15));
 
     // A name spelled with an escape is the same name.
-    let r = post_text(
-        &c,
-        r#"{"jsonrpc":"2.0","id":16,"method":"tools/call","params":{"name":"a__echo","na\u006de":"whoami"}}"#,
-    )
-    .await;
+    let r = c.post_text(r#"{"jsonrpc":"2.0","id":16,"method":"tools/call","params":{"name":"a__echo","na\u006de":"whoami"}}"#).await;
     assert_refused(&r, r#"params["na\u006de"]"#, json!(16));
 
     // The envelope: two ids.
-    let r = post_text(&c, r#"{"jsonrpc":"2.0","id":17,"method":"ping","id":18}"#).await;
+    let r = c
+        .post_text(r#"{"jsonrpc":"2.0","id":17,"method":"ping","id":18}"#)
+        .await;
     assert_eq!(r.status, 400, "{r:?}");
     assert_eq!(r.error_code(), Some(-32600), "{r:?}");
 
@@ -151,7 +122,7 @@ async fn a_duplicate_progress_token_cannot_reach_another_sessions_request() {
     let attack = format!(
         r#"{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{{"name":"echo","arguments":{{"note":"injected"}},"_meta":{{"progressToken":"t2","progressToken":{next}}}}}}}"#
     );
-    let r = post_text(&attacker, &attack).await;
+    let r = attacker.post_text(&attack).await;
     assert_refused(&r, "params._meta.progressToken", json!(5));
 
     let (_victim, r) = slow.await.expect("victim's call");
@@ -280,11 +251,7 @@ async fn a_hidden_tool_stays_hidden_against_duplicates_renames_and_reloads() {
     assert!(r.error_code().is_some(), "a hidden tool was called: {r:?}");
 
     // The decoy: checked as echo, executed by Node's JSON.parse as get-env.
-    let r = post_text(
-        &c,
-        r#"{"jsonrpc":"2.0","id":21,"method":"tools/call","params":{"name":"echo","name":"get-env","arguments":{"message":"hi"}}}"#,
-    )
-    .await;
+    let r = c.post_text(r#"{"jsonrpc":"2.0","id":21,"method":"tools/call","params":{"name":"echo","name":"get-env","arguments":{"message":"hi"}}}"#).await;
     assert_refused(&r, "params.name", json!(21));
     assert!(
         !String::from_utf8_lossy(&r.body).contains("PATH"),

@@ -37,10 +37,21 @@ async fn events_with(
     ttl: Duration,
     durability: EventDurability,
 ) -> (Redis, Arc<RedisEvents>) {
+    events_bounded(server, prefix, ttl, durability, 10_000).await
+}
+
+/// The copies of at most about `max_len` events per stream.
+async fn events_bounded(
+    server: &RedisServer,
+    prefix: &str,
+    ttl: Duration,
+    durability: EventDurability,
+    max_len: usize,
+) -> (Redis, Arc<RedisEvents>) {
     let redis = Redis::connect(&redis_config(server, prefix).await)
         .await
         .unwrap();
-    let events = Arc::new(RedisEvents::new(redis.clone(), ttl, 10_000, durability));
+    let events = Arc::new(RedisEvents::new(redis.clone(), ttl, max_len, durability));
     (redis, events)
 }
 
@@ -178,15 +189,14 @@ async fn a_streams_copy_is_trimmed_only_once_it_could_exceed_its_bound() {
     const BOUND: usize = 100;
     const EVENTS: u64 = 1_000;
     let server = RedisServer::start().await;
-    let redis = Redis::connect(&redis_config(&server, "trim").await)
-        .await
-        .unwrap();
-    let events = RedisEvents::new(
-        redis.clone(),
+    let (redis, events) = events_bounded(
+        &server,
+        "trim",
         Duration::from_secs(60),
-        BOUND,
         EventDurability::Durable,
-    );
+        BOUND,
+    )
+    .await;
     let mut conn = server.conn().await;
     for (name, value) in [
         ("slowlog-log-slower-than", "0"),

@@ -587,15 +587,13 @@ async fn a_pretty_printed_request_reaches_a_stdio_process_as_one_line() {
     .await;
     let mut c = RawClient::new(gw.url("pretty"));
     c.initialize().await;
-    let headers = c.standard_headers();
-    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
     for i in 0..3 {
         let body = format!(
             "{{\r\n  \"jsonrpc\": \"2.0\",\n  \"id\": {i},\r\n  \"method\": \"tools/call\",\n  \
              \"params\": {{\n    \"name\": \"echo\",\r\n    \"arguments\": {{\"message\": \
              \"line {i}\\nnext\\r\\nlast\"}}\n  }}\n}}\r\n"
         );
-        let reply = tokio::time::timeout(Duration::from_secs(10), c.post_raw(&body, &headers))
+        let reply = tokio::time::timeout(Duration::from_secs(10), c.post_text(&body))
             .await
             .expect("a pretty-printed call answered in time");
         assert_eq!(reply.status, 200, "call {i}");

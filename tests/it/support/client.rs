@@ -99,6 +99,14 @@ impl RawClient {
         h
     }
 
+    /// POST a body written by hand (duplicate members, pretty-printed: what `json!` cannot
+    /// build) with the standard headers.
+    pub async fn post_text(&self, text: &str) -> Reply {
+        let headers = self.standard_headers();
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        self.post_raw(text, &headers).await
+    }
+
     /// POST a JSON value with the standard headers.
     pub async fn post(&self, body: &Value) -> Reply {
         into_reply(self.post_open(body).await).await
