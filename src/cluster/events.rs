@@ -1,7 +1,8 @@
 //! SSE event logs in Redis Streams, so a stream can be resumed on any replica: every event a
 //! replica records locally is mirrored, in order, by the replica's one writer
-//! (`mirror.rs`: `XADD <key> 0-<seq>`, bounded length, the events of all streams queued at
-//! that moment in one round trip, the TTL set per stream rather than per write); another
+//! (`mirror.rs`: `XADD <key> 0-<seq>`, a stream's events queued together in one entry,
+//! bounded length, the events of all streams queued at that moment in one round trip, the
+//! TTL set per stream rather than per write); another
 //! replica replays and follows a stream by polling `XRANGE` (no blocking reads on the shared
 //! multiplexed connection).
 //!
@@ -147,7 +148,21 @@ impl RedisEvents {
             if let Some(redis::Value::BulkString(d)) = entry.map.get("d")
                 && !d.is_empty()
             {
-                out.events.push(Bytes::copy_from_slice(d));
+                match entry.map.get("p") {
+                    Some(redis::Value::BulkString(parts)) => {
+                        let d = Bytes::copy_from_slice(d);
+                        split_group(&d, parts, after, &mut out.events).ok_or_else(|| {
+                            StoreError::Corrupt(format!("event entry {} parts", entry.id))
+                        })?;
+                    }
+                    Some(_) => {
+                        return Err(StoreError::Corrupt(format!(
+                            "event entry {} parts",
+                            entry.id
+                        )));
+                    }
+                    None => out.events.push(Bytes::copy_from_slice(d)),
+                }
             }
             if entry.map.contains_key("f") {
                 out.done = true;
@@ -155,6 +170,24 @@ impl RedisEvents {
         }
         Ok(Some(out))
     }
+}
+
+/// Appends to `out` the events of a group entry (`d`, cut where its `p` says: `<seq>:<length>`
+/// of each event, comma-separated) numbered above `after`: a reader resuming in the middle of
+/// a group leaves out what the client has. `None` when `p` does not describe `d`.
+fn split_group(d: &Bytes, parts: &[u8], after: u64, out: &mut Vec<Bytes>) -> Option<()> {
+    let mut at = 0usize;
+    for part in parts.split(|&b| b == b',') {
+        let colon = memchr::memchr(b':', part)?;
+        let seq: u64 = std::str::from_utf8(&part[..colon]).ok()?.parse().ok()?;
+        let len: usize = std::str::from_utf8(&part[colon + 1..]).ok()?.parse().ok()?;
+        let end = at.checked_add(len).filter(|&end| end <= d.len())?;
+        if seq > after && len > 0 {
+            out.push(d.slice(at..end));
+        }
+        at = end;
+    }
+    (at == d.len()).then_some(())
 }
 
 /// The ordered queue of one stream's events to the replica's Redis writer.
@@ -223,5 +256,51 @@ impl MirrorQueue {
     /// round trips of the Redis `timeout`), and a second.
     pub fn patience(&self) -> Duration {
         self.patience
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn try_split(d: &'static str, parts: &str, after: u64) -> Option<Vec<Bytes>> {
+        let mut out = Vec::new();
+        let d = Bytes::from_static(d.as_bytes());
+        split_group(&d, parts.as_bytes(), after, &mut out).map(|()| out)
+    }
+
+    fn split(d: &'static str, parts: &str, after: u64) -> Vec<Bytes> {
+        try_split(d, parts, after).expect("well formed")
+    }
+
+    #[test]
+    fn a_group_is_cut_into_its_events_and_resumed_between_them() {
+        let d = "id: s.4\ndata: a\n\nid: s.5\ndata: bb\n\nid: s.7\ndata: c\n\n";
+        let parts = "4:17,5:18,7:17";
+        let all = split(d, parts, 0);
+        assert_eq!(
+            all,
+            [
+                "id: s.4\ndata: a\n\n",
+                "id: s.5\ndata: bb\n\n",
+                "id: s.7\ndata: c\n\n"
+            ]
+        );
+        assert_eq!(split(d, parts, 4), all[1..]);
+        assert_eq!(split(d, parts, 6), all[2..]);
+        assert!(split(d, parts, 7).is_empty());
+        // The end marker's empty frame is no event.
+        assert_eq!(split("id: s.1\ndata: a\n\n", "1:17,2:0", 0).len(), 1);
+    }
+
+    #[test]
+    fn parts_that_do_not_describe_the_group_are_refused() {
+        let d = "id: s.4\ndata: a\n\n";
+        for parts in [
+            "4:16", "4:18", "4:17,5:1", "4", "x:17", "4:x", "4:-1", "", "4:17,",
+        ] {
+            assert!(try_split(d, parts, 0).is_none(), "{parts:?}");
+        }
+        assert!(try_split(d, "4:99999999999999999999999", 0).is_none());
     }
 }

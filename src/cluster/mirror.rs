@@ -1,7 +1,14 @@
 //! The replica's one writer of its SSE streams' Redis copies: it takes the events of every
-//! stream queued at that moment into one pipeline per round trip (`XADD <key> 0-<seq>`, one
-//! entry per event, in each stream's order), and sets a stream's time-to-live only when it is
-//! created and then at most every quarter TTL, instead of with every write.
+//! stream queued at that moment into one pipeline per round trip, and sets a stream's
+//! time-to-live only when it is created and then at most every quarter TTL, instead of with
+//! every write.
+//!
+//! Entries: a stream's events queued together (a tool's progress notifications and its
+//! response, say) go into one entry, `XADD <key> 0-<seq of the last> d <the events' frames, one
+//! after the other> p <seq>:<length>,...` (at most `GROUP_EVENTS` events and `GROUP_BYTES`
+//! bytes); a lone event is `XADD <key> 0-<seq> d <frame>`. `d` is the SSE text to replay
+//! either way, and `p` says where each event of a group starts, so a reader resuming in the
+//! middle of one leaves out what the client has (see `events.rs`).
 //!
 //! Durability: an event leaves the queue only once Redis has it (or after `WRITE_ATTEMPTS`
 //! failed round trips, with a warning: it stays in the local log). A round trip that failed
@@ -155,24 +162,106 @@ pub(super) const WRITE_ATTEMPTS: u32 = 3;
 const MAX_PAUSE: Duration = Duration::from_secs(1);
 /// Most events written per round trip.
 const WRITE_BATCH: usize = 1024;
+/// Most events in one stream entry.
+const GROUP_EVENTS: usize = 64;
+/// A stream entry takes no further event once its frames are this long.
+const GROUP_BYTES: usize = 64 * 1024;
 
-/// An event the writer holds.
+/// One stream entry the writer holds: events of one stream, in order, that arrived together.
+/// An entry is sent again as it was after a failed round trip (its id is its last event's).
 struct Entry {
-    queued: Queued,
+    stream: Arc<StreamCopy>,
+    first: Mirrored,
+    /// The events after `first`, for a group.
+    more: Vec<Mirrored>,
+    /// The frames' length, all events together.
+    bytes: usize,
     /// Round trips that failed for it.
     failures: u32,
     /// A round trip that carried it got no answer: it may be in Redis already.
     maybe_written: bool,
 }
 
+impl Entry {
+    fn new(queued: Queued) -> Entry {
+        Entry {
+            stream: queued.stream,
+            bytes: queued.event.framed.len(),
+            first: queued.event,
+            more: Vec::new(),
+            failures: 0,
+            maybe_written: false,
+        }
+    }
+
+    /// Adds the next event of the entry's stream, unless the entry is full.
+    fn take(&mut self, event: Mirrored) -> Result<(), Mirrored> {
+        if self.more.len() + 1 >= GROUP_EVENTS || self.bytes >= GROUP_BYTES {
+            return Err(event);
+        }
+        self.bytes += event.framed.len();
+        self.more.push(event);
+        Ok(())
+    }
+
+    fn events(&self) -> impl Iterator<Item = &Mirrored> {
+        std::iter::once(&self.first).chain(&self.more)
+    }
+
+    fn count(&self) -> usize {
+        1 + self.more.len()
+    }
+
+    fn last(&self) -> &Mirrored {
+        self.more.last().unwrap_or(&self.first)
+    }
+}
+
+/// A group's `d`: its events' frames, one after the other, written straight into the command.
+struct Frames<'a>(&'a Entry);
+
+impl redis::ToRedisArgs for Frames<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        let mut w = out.writer_for_next_arg();
+        for e in self.0.events() {
+            // Into the command's own buffer: cannot fail.
+            let _ = std::io::Write::write_all(&mut w, &e.framed);
+        }
+    }
+}
+
+/// A group's `p`: `<seq>:<length>` of each event, comma-separated.
+struct Parts<'a>(&'a Entry);
+
+impl redis::ToRedisArgs for Parts<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        let mut w = out.writer_for_next_arg();
+        for (i, e) in self.0.events().enumerate() {
+            let mut seq = itoa::Buffer::new();
+            let mut len = itoa::Buffer::new();
+            let sep: &[u8] = if i == 0 { b"" } else { b"," };
+            for piece in [
+                sep,
+                seq.format(e.seq).as_bytes(),
+                b":",
+                len.format(e.framed.len()).as_bytes(),
+            ] {
+                let _ = std::io::Write::write_all(&mut w, piece);
+            }
+        }
+    }
+}
+
 /// Writes what arrives on `rx` until every sender is gone and the queue is empty.
 pub(super) async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Queued>) {
     let mut todo: Vec<Entry> = Vec::with_capacity(WRITE_BATCH);
     let mut arrived: Vec<Queued> = Vec::with_capacity(WRITE_BATCH);
+    // This round's open entry of each stream (its address → an index into `todo`).
+    let mut open = foldhash::HashMap::default();
     loop {
         // Block only when nothing is left over from the last round trip; else take what has
         // been queued since, behind it (a stream's events stay in order).
-        let room = WRITE_BATCH.saturating_sub(todo.len());
+        let room = WRITE_BATCH.saturating_sub(todo.iter().map(Entry::count).sum());
         if todo.is_empty() {
             if rx.recv_many(&mut arrived, room).await == 0 {
                 return;
@@ -185,15 +274,37 @@ pub(super) async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Que
                 }
             }
         }
-        todo.extend(arrived.drain(..).map(|queued| Entry {
-            queued,
-            failures: 0,
-            maybe_written: false,
-        }));
+        group(&mut todo, &mut arrived, &mut open);
         if let Some(pause) = write(&shared, &mut todo).await {
             tokio::time::sleep(pause).await;
         }
     }
+}
+
+/// Appends the events of `arrived` to `todo`, a stream's events that arrived together in one
+/// entry (in their order) while it has room. Entries held from an earlier round trip are not
+/// added to: they are sent again as they were.
+fn group(
+    todo: &mut Vec<Entry>,
+    arrived: &mut Vec<Queued>,
+    open: &mut foldhash::HashMap<usize, usize>,
+) {
+    for queued in arrived.drain(..) {
+        let stream = Arc::as_ptr(&queued.stream).addr();
+        let event = match open.get(&stream) {
+            Some(&i) => match todo[i].take(queued.event) {
+                Ok(()) => continue,
+                Err(event) => event,
+            },
+            None => queued.event,
+        };
+        open.insert(stream, todo.len());
+        todo.push(Entry::new(Queued {
+            stream: queued.stream,
+            event,
+        }));
+    }
+    open.clear();
 }
 
 /// Sends `todo` and keeps in it what is still to be written: in one pipeline on one primary;
@@ -208,7 +319,7 @@ async fn write(shared: &Shared, todo: &mut Vec<Entry>) -> Option<Duration> {
     // A tag is copied once per session, not once per event.
     let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for e in todo.drain(..) {
-        let tag = hash_tag(&e.queued.stream.key);
+        let tag = hash_tag(&e.stream.key);
         let i = match index.get(tag) {
             Some(&i) => i,
             None => {
@@ -269,32 +380,44 @@ async fn round_trip(shared: &Shared, todo: &mut Vec<Entry>) -> Option<Duration> 
     // The streams whose TTL this round trip sets, after their events.
     let mut expiring: Vec<Arc<StreamCopy>> = Vec::new();
     for e in todo.iter() {
-        let stream = &e.queued.stream;
+        let stream = &e.stream;
         let set = stream.ttl_set_at.load(Ordering::Relaxed);
-        // The first event of a stream due for its TTL may create the key; its others here
+        // The first entry of a stream due for its TTL may create the key; its others here
         // follow it in the pipeline, so they find the key.
         let create = set == 0 || now.saturating_sub(set) >= refresh_ms;
         if create {
             stream.ttl_set_at.store(now, Ordering::Relaxed);
             expiring.push(stream.clone());
         }
-        let framed = e.queued.event.framed.as_ref();
+        let last = e.last();
+        let group = !e.more.is_empty();
         // Sized at once for its arguments (not grown as each is added).
-        let mut add = redis::Cmd::with_capacity(12, stream.key.len() + framed.len() + 64);
+        let room = stream.key.len() + e.bytes + if group { 24 * e.count() } else { 0 } + 96;
+        let mut add = redis::Cmd::with_capacity(14, room);
         add.arg("XADD").arg(&stream.key);
         if !create {
             add.arg("NOMKSTREAM");
         }
-        // Entry ids are `0-<seq>` and rise within a key, so a stream holds at most `seq`
-        // entries once this one is in: until `max_len`, there is nothing to trim and Redis is
-        // not asked to look (three arguments fewer to pack and parse on most writes).
-        if usize::try_from(e.queued.event.seq).map_or(true, |seq| seq > shared.max_len) {
-            add.arg("MAXLEN").arg("~").arg(shared.max_len);
+        // The copy keeps the events numbered above `last.seq - max_len` (entry ids are `0-<seq
+        // of an entry's last event>`; `~`: Redis trims whole nodes). Ids rise within a key, so
+        // until the `max_len`-th event there is nothing to trim and Redis is not asked to
+        // look (three arguments fewer to pack and parse on most writes).
+        if let Some(keep_from) = last
+            .seq
+            .checked_sub(u64::try_from(shared.max_len).unwrap_or(u64::MAX))
+            .filter(|&over| over > 0)
+        {
+            add.arg("MINID")
+                .arg("~")
+                .arg(EntryId::of(keep_from + 1).as_bytes());
         }
-        add.arg(EntryId::of(e.queued.event.seq).as_bytes())
-            .arg("d")
-            .arg(framed);
-        if e.queued.event.last {
+        add.arg(EntryId::of(last.seq).as_bytes()).arg("d");
+        if group {
+            add.arg(Frames(e)).arg("p").arg(Parts(e));
+        } else {
+            add.arg(e.first.framed.as_ref());
+        }
+        if last.last {
             add.arg("f").arg(1);
         }
         pipe.add_command(add);
@@ -343,15 +466,15 @@ async fn round_trip(shared: &Shared, todo: &mut Vec<Entry>) -> Option<Duration> 
         let keep = match replies.next() {
             // `NOMKSTREAM` and the key is gone: sent again with the TTL.
             Some(Value::Nil) => {
-                e.queued.stream.ttl_set_at.store(0, Ordering::Relaxed);
+                e.stream.ttl_set_at.store(0, Ordering::Relaxed);
                 true
             }
             Some(Value::ServerError(err)) if already_there(err) => {
                 // Sent again after a lost answer: it is there. Otherwise a later event of the
                 // stream got in first, and this one cannot follow it.
                 if !e.maybe_written {
-                    lost += 1;
-                    if let Some(w) = &e.queued.stream.watermark {
+                    lost += e.count();
+                    if let Some(w) = &e.stream.watermark {
                         w.break_off();
                     }
                 }
@@ -366,10 +489,10 @@ async fn round_trip(shared: &Shared, todo: &mut Vec<Entry>) -> Option<Duration> 
             _ => false,
         };
         if !keep {
-            finished += 1;
-            e.queued.stream.queued.fetch_sub(1, Ordering::AcqRel);
-            if e.queued.stream.watermark.is_some() {
-                written.push((e.queued.stream.clone(), e.queued.event.seq));
+            finished += e.count();
+            e.stream.queued.fetch_sub(e.count(), Ordering::AcqRel);
+            if e.stream.watermark.is_some() {
+                written.push((e.stream.clone(), e.last().seq));
             }
         }
         keep
@@ -400,11 +523,9 @@ fn advance_watermarks(todo: &[Entry], written: &[(Arc<StreamCopy>, u64)]) {
     }
     // `todo` is in each stream's order: its first entry of a stream is the lowest held.
     for e in todo {
-        let stream = &e.queued.stream;
+        let stream = &e.stream;
         if stream.watermark.is_some() && stream.held_from.load(Ordering::Relaxed) == 0 {
-            stream
-                .held_from
-                .store(e.queued.event.seq, Ordering::Relaxed);
+            stream.held_from.store(e.first.seq, Ordering::Relaxed);
         }
     }
     for (stream, _) in written {
@@ -416,22 +537,22 @@ fn advance_watermarks(todo: &[Entry], written: &[(Arc<StreamCopy>, u64)]) {
         }
     }
     for e in todo {
-        e.queued.stream.held_from.store(0, Ordering::Relaxed);
+        e.stream.held_from.store(0, Ordering::Relaxed);
     }
 }
 
 /// Drops the events that failed `WRITE_ATTEMPTS` times (they stay in the local log); a
 /// durable stream's are kept until written.
 fn give_up_exhausted(shared: &Shared, todo: &mut Vec<Entry>) {
-    let before = todo.len();
+    let mut given_up = 0;
     todo.retain(|e| {
-        let keep = e.failures < WRITE_ATTEMPTS || e.queued.stream.watermark.is_some();
+        let keep = e.failures < WRITE_ATTEMPTS || e.stream.watermark.is_some();
         if !keep {
-            e.queued.stream.queued.fetch_sub(1, Ordering::AcqRel);
+            given_up += e.count();
+            e.stream.queued.fetch_sub(e.count(), Ordering::AcqRel);
         }
         keep
     });
-    let given_up = before - todo.len();
     if given_up > 0 {
         tracing::warn!(
             events = given_up,
@@ -452,19 +573,19 @@ fn already_there(err: &redis::ServerError) -> bool {
 mod tests {
     use super::*;
 
-    fn entry(stream: &Arc<StreamCopy>, seq: u64) -> Entry {
-        Entry {
-            queued: Queued {
-                stream: stream.clone(),
-                event: Mirrored {
-                    seq,
-                    framed: Bytes::new(),
-                    last: false,
-                },
+    fn queued(stream: &Arc<StreamCopy>, seq: u64, framed: &'static str) -> Queued {
+        Queued {
+            stream: stream.clone(),
+            event: Mirrored {
+                seq,
+                framed: Bytes::from_static(framed.as_bytes()),
+                last: false,
             },
-            failures: 0,
-            maybe_written: false,
         }
+    }
+
+    fn entry(stream: &Arc<StreamCopy>, seq: u64) -> Entry {
+        Entry::new(queued(stream, seq, ""))
     }
 
     fn written(stream: &StreamCopy) -> u64 {
@@ -510,6 +631,98 @@ mod tests {
         advance_watermarks(&[], &[(a.clone(), 9)]);
         assert_eq!(written(&a), 2);
         assert!(w.broken.load(Ordering::Acquire));
+    }
+
+    /// The events of each entry: (stream key, sequence numbers).
+    fn entries(todo: &[Entry]) -> Vec<(&str, Vec<u64>)> {
+        todo.iter()
+            .map(|e| (e.stream.key.as_str(), e.events().map(|m| m.seq).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn a_streams_events_that_arrive_together_are_one_entry_in_order() {
+        let a = Arc::new(StreamCopy::new("a".into(), true));
+        let b = Arc::new(StreamCopy::new("b".into(), false));
+        let mut open = foldhash::HashMap::default();
+        // Held from an earlier round trip: sent again as it was, not added to.
+        let mut todo = vec![entry(&a, 1)];
+        let mut arrived = vec![
+            queued(&a, 2, "x"),
+            queued(&b, 1, "y"),
+            queued(&a, 3, "zz"),
+            queued(&b, 2, ""),
+        ];
+        group(&mut todo, &mut arrived, &mut open);
+        assert_eq!(
+            entries(&todo),
+            [("a", vec![1]), ("a", vec![2, 3]), ("b", vec![1, 2])]
+        );
+        assert_eq!(todo[1].bytes, 3);
+        assert!(arrived.is_empty() && open.is_empty());
+        // The next round's arrivals start entries of their own.
+        let mut arrived = vec![queued(&a, 4, "w")];
+        group(&mut todo, &mut arrived, &mut open);
+        assert_eq!(entries(&todo)[3], ("a", vec![4]));
+    }
+
+    #[test]
+    fn an_entry_holds_at_most_its_bound_of_events_and_bytes() {
+        let a = Arc::new(StreamCopy::new("a".into(), false));
+        let mut open = foldhash::HashMap::default();
+        let mut todo = Vec::new();
+        let mut arrived: Vec<Queued> = (1..=GROUP_EVENTS as u64 * 2 + 1)
+            .map(|seq| queued(&a, seq, "e"))
+            .collect();
+        group(&mut todo, &mut arrived, &mut open);
+        let sizes: Vec<usize> = todo.iter().map(Entry::count).collect();
+        assert_eq!(sizes, [GROUP_EVENTS, GROUP_EVENTS, 1]);
+        let seqs: Vec<u64> = todo
+            .iter()
+            .flat_map(|e| e.events().map(|m| m.seq))
+            .collect();
+        assert_eq!(seqs, (1..=GROUP_EVENTS as u64 * 2 + 1).collect::<Vec<_>>());
+
+        static BIG: [u8; GROUP_BYTES] = [b'x'; GROUP_BYTES];
+        let big = |seq| Queued {
+            stream: a.clone(),
+            event: Mirrored {
+                seq,
+                framed: Bytes::from_static(&BIG),
+                last: false,
+            },
+        };
+        let mut todo = Vec::new();
+        let mut arrived = vec![queued(&a, 1, "e"), big(2), big(3)];
+        group(&mut todo, &mut arrived, &mut open);
+        assert_eq!(entries(&todo), [("a", vec![1, 2]), ("a", vec![3])]);
+    }
+
+    #[test]
+    fn a_group_is_written_as_its_frames_one_after_the_other_and_where_each_starts() {
+        let a = Arc::new(StreamCopy::new("a".into(), false));
+        let mut e = Entry::new(queued(&a, 9, "id: a.9\n"));
+        for (seq, framed) in [(10, "id: a.10\n\n"), (12, "")] {
+            e.take(Mirrored {
+                seq,
+                framed: Bytes::from_static(framed.as_bytes()),
+                last: seq == 12,
+            })
+            .expect("room");
+        }
+        let packed = redis::cmd("X")
+            .arg(Frames(&e))
+            .arg(Parts(&e))
+            .get_packed_command();
+        let frames = "id: a.9\nid: a.10\n\n";
+        let parts = "9:8,10:10,12:0";
+        let expected = format!(
+            "*3\r\n$1\r\nX\r\n${}\r\n{frames}\r\n${}\r\n{parts}\r\n",
+            frames.len(),
+            parts.len()
+        );
+        assert_eq!(String::from_utf8_lossy(&packed), expected);
+        assert_eq!((e.count(), e.last().seq, e.bytes), (3, 12, 18));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The Redis copies of SSE streams (`cluster::RedisEvents`) against a real `redis-server`:
 //! many streams written at once arrive complete and in order with one `EXPIRE` per stream
-//! (not per write) and a TTL of at least the session's; a key that vanished mid-stream comes
+//! (not per write) and a TTL of at least the session's; a stream's events queued together are
+//! one entry, which a reader resumes in the middle of; a key that vanished mid-stream comes
 //! back with its TTL; a write whose answer was lost is neither lost nor doubled; the TTL is
 //! refreshed on a long-lived stream. Durable streams (`events: durable`): the watermark
 //! follows what Redis has, waits while Redis does not answer, and nothing is given up on or
@@ -176,25 +177,30 @@ async fn streams_written_at_once_arrive_in_order_with_one_ttl_each() {
     }
     let xadd = calls(&mut conn, "xadd").await - xadd0;
     let expire = calls(&mut conn, "expire").await - expire0;
-    assert_eq!(xadd, STREAMS * EVENTS, "one XADD per event");
+    assert!(
+        (STREAMS..=STREAMS * EVENTS).contains(&xadd),
+        "at most one XADD per event: {xadd}"
+    );
     assert_eq!(expire, STREAMS, "one EXPIRE per stream, not per write");
 }
 
-/// A stream's copy is kept to about its bound (`max_len` entries; Redis trims whole nodes of
-/// 100 with `~`), and Redis is asked to trim only once the stream could hold more than that:
-/// its entry ids rise, so until the `max_len`-th event there is nothing to trim and the
-/// writes carry no `MAXLEN` (read back from Redis's slow log, which logs every command here).
+/// A stream's copy keeps about its last `max_len` events (`MINID`: its entries' ids are their
+/// last event's number; Redis trims whole nodes with `~`), and Redis is asked to trim only
+/// once the stream could hold more than that: ids rise, so until the `max_len`-th event
+/// there is nothing to trim and the writes carry no `MINID` (read back from Redis's slow log,
+/// which logs every command here). Events go in bursts of ten, each burst one entry.
 #[tokio::test]
 async fn a_streams_copy_is_trimmed_only_once_it_could_exceed_its_bound() {
-    const BOUND: usize = 100;
+    const BOUND: u64 = 100;
     const EVENTS: u64 = 1_000;
+    const BURST: u64 = 10;
     let server = RedisServer::start().await;
     let (redis, events) = events_bounded(
         &server,
         "trim",
         Duration::from_secs(60),
         EventDurability::Durable,
-        BOUND,
+        BOUND as usize,
     )
     .await;
     let mut conn = server.conn().await;
@@ -217,18 +223,23 @@ async fn a_streams_copy_is_trimmed_only_once_it_could_exceed_its_bound() {
         .unwrap();
     let session = session();
     let queue = events.mirror(&session, "long");
-    send_events(&queue, "long", 1..=EVENTS, Some(EVENTS), false);
-    written_up_to(&queue, EVENTS).await;
+    for from in (1..=EVENTS).step_by(BURST as usize) {
+        let to = from + BURST - 1;
+        send_events(&queue, "long", from..=to, Some(EVENTS), false);
+        written_up_to(&queue, to).await;
+    }
 
-    let key = redis.keys.events(&session, "long");
-    let len: usize = redis::cmd("XLEN")
-        .arg(&key)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let (seqs, done) = read_all(&events, &session, "long").await;
+    assert!(done);
+    let kept = seqs.len() as u64;
     assert!(
-        (BOUND..=BOUND + 100).contains(&len),
-        "the copy is kept to about its bound ({BOUND}), not {len} of {EVENTS} entries"
+        (BOUND..=3 * BOUND).contains(&kept),
+        "the copy keeps about its bound ({BOUND}) of {EVENTS} events, not {kept}"
+    );
+    assert_eq!(
+        seqs,
+        (EVENTS - kept + 1..=EVENTS).collect::<Vec<_>>(),
+        "the last events, in order"
     );
     // Each slow-log entry: id, time, duration, the command's arguments, ...
     let log: Vec<(u64, u64, u64, Vec<Vec<u8>>)> = {
@@ -247,30 +258,102 @@ async fn a_streams_copy_is_trimmed_only_once_it_could_exceed_its_bound() {
             })
             .collect()
     };
+    let key = redis.keys.events(&session, "long");
+    let seq_of = |id: &[u8]| -> u64 { std::str::from_utf8(&id[2..]).unwrap().parse().unwrap() };
     let mut trimming = Vec::new();
     for (_, _, _, args) in &log {
         if !args[0].eq_ignore_ascii_case(b"XADD") || args[1] != key.as_bytes() {
             continue;
         }
-        let id = args
+        let minid = args.iter().position(|a| a.eq_ignore_ascii_case(b"MINID"));
+        // The entry id follows the trimming arguments (`MINID ~ <id>`), if any.
+        let ids: Vec<u64> = args
             .iter()
-            .find(|a| a.starts_with(b"0-"))
-            .expect("an explicit entry id");
-        let seq: u64 = std::str::from_utf8(&id[2..]).unwrap().parse().unwrap();
-        let trims = args.iter().any(|a| a.eq_ignore_ascii_case(b"MAXLEN"));
-        trimming.push((seq, trims));
+            .filter(|a| a.starts_with(b"0-"))
+            .map(|a| seq_of(a))
+            .collect();
+        let seq = *ids.last().expect("an explicit entry id");
+        trimming.push((seq, minid.map(|i| seq_of(&args[i + 2]))));
+        assert!(
+            !args.iter().any(|a| a.eq_ignore_ascii_case(b"MAXLEN")),
+            "trimmed by id"
+        );
     }
     trimming.sort_unstable();
     assert_eq!(
         trimming.len() as u64,
-        EVENTS,
-        "one XADD per event in the slow log"
+        EVENTS / BURST,
+        "one XADD per burst in the slow log"
     );
-    for (seq, trims) in trimming {
+    for (seq, minid) in trimming {
         assert_eq!(
-            trims,
-            seq > BOUND as u64,
-            "event {seq}: MAXLEN only once the stream could exceed {BOUND} entries"
+            minid,
+            (seq > BOUND).then(|| seq - BOUND + 1),
+            "entry {seq}: trimmed to its last {BOUND} events only once the stream could hold more"
+        );
+    }
+}
+
+/// Events of a stream queued at once (here before the writer runs: the test's runtime has one
+/// thread) are one entry: one `XADD`, whose `d` is their frames one after the other (what a
+/// reader of an earlier build replays) and whose `p` says where each starts. A reader resuming
+/// in the middle of the entry gets only the events after its position.
+#[tokio::test]
+async fn a_streams_events_queued_together_are_one_entry_read_from_any_position() {
+    let server = RedisServer::start().await;
+    let (redis, events) = events_with(
+        &server,
+        "grp",
+        Duration::from_secs(60),
+        EventDurability::Durable,
+    )
+    .await;
+    let mut conn = server.conn().await;
+    let xadd0 = calls(&mut conn, "xadd").await;
+    let session = session();
+    let queue = events.mirror(&session, "r-p1");
+    send_events(&queue, "r-p1", 1..=5, Some(5), false);
+    written_up_to(&queue, 5).await;
+    assert_eq!(calls(&mut conn, "xadd").await - xadd0, 1, "one entry");
+
+    let key = redis.keys.events(&session, "r-p1");
+    let raw: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(&key)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(raw.ids.len(), 1);
+    let entry = &raw.ids[0];
+    assert_eq!(entry.id, "0-5", "the id of its last event");
+    let field = |name: &str| -> Vec<u8> { entry.get(name).unwrap() };
+    let frames: Vec<Bytes> = (1..=5).map(|seq| event("r-p1", seq)).collect();
+    assert_eq!(field("d"), frames.concat());
+    let parts: Vec<String> = frames
+        .iter()
+        .zip(1..)
+        .map(|(f, seq)| format!("{seq}:{}", f.len()))
+        .collect();
+    assert_eq!(String::from_utf8(field("p")).unwrap(), parts.join(","));
+    assert!(entry.map.contains_key("f"), "it ends the stream");
+
+    for after in 0..=5 {
+        let replayed = events
+            .read_after(&session, "r-p1", after)
+            .await
+            .unwrap()
+            .expect("in Redis");
+        assert_eq!(
+            replayed.events,
+            frames[after as usize..],
+            "resumed after {after}"
+        );
+        assert_eq!(replayed.last_seq, 5);
+        assert_eq!(
+            replayed.done,
+            after < 5,
+            "the end marker is read with the entry"
         );
     }
 }
