@@ -15,7 +15,8 @@
 # them; the table shows the median of the rounds, and the CPU time the gateway and the HTTP
 # upstream spent per call (from /proc, over the measured window), which a busy shared machine
 # blurs less than throughput. (The stdio upstream's CPU is its child process's, not shown.)
-# For Redis-backed targets, the Redis commands a call costs (INFO commandstats over the run;
+# For Redis-backed targets, the Redis commands and the Redis server's CPU time a call costs
+# (INFO commandstats and /proc over the run;
 # each run's INFO commandstats and the gateway's /metrics before and after are kept next to
 # its report: commands by kind, Redis round trips by operation).
 # The gateways log as in production (RUST_LOG unset: info, text; an audit line per tool call)
@@ -64,7 +65,8 @@ UPSTREAM="http://127.0.0.1:$UP_PORT/mcp"
 
 RPORT="$(free_port)"
 redis-server --bind 127.0.0.1 --port "$RPORT" --save "" --appendonly no --dir "$WORK" >"$WORK/redis.log" 2>&1 &
-PIDS+=("$!")
+REDIS_PID=$!
+PIDS+=("$REDIS_PID")
 wait_port "$RPORT"
 
 declare -A TARGET=([direct]="$UPSTREAM")
@@ -197,6 +199,9 @@ fi
 if wanted limited-memory; then gateway limited-memory memory "$HTTP_UP" "$GW" "$LIMITS"; fi
 if wanted limited-redis; then gateway limited-redis "$(redis_store lim)" "$HTTP_UP" "$GW" "$LIMITS"; fi
 
+# The CPU time (clock ticks, user and system) the Redis server has used so far.
+redis_cpu_ticks() { awk '{print $14 + $15}' "/proc/$REDIS_PID/stat"; }
+
 # Commands Redis has run so far (every kind, from INFO commandstats).
 redis_commands() {
     redis-cli -p "$RPORT" INFO commandstats | sed -n 's/^cmdstat_[^:]*:calls=\([0-9]*\),.*/\1/p' \
@@ -208,8 +213,9 @@ measure() { # $1 = load name, $2.. = sy-load args
     for round in $(seq 1 "$ROUNDS"); do
         for t in "${ORDER[@]}"; do
             echo "== $load, round $round: $t" >&2
-            local before=""; if [[ "$t" == *redis* ]]; then
+            local before="" before_cpu=""; if [[ "$t" == *redis* ]]; then
                 before="$(redis_commands)"
+                before_cpu="$(redis_cpu_ticks)"
                 redis-cli -p "$RPORT" INFO commandstats >"$OUT/$load.$t.$round.cmdstats-before"
                 curl -s "${ADMIN[$t]}/metrics" >"$OUT/$load.$t.$round.metrics-before" || true
             fi
@@ -220,6 +226,7 @@ measure() { # $1 = load name, $2.. = sy-load args
             # Redis targets: the commands the run cost (warm-up and session setup included).
             if [[ -n "$before" ]]; then
                 echo $(( $(redis_commands) - before )) >"$OUT/$load.$t.$round.redis"
+                echo $(( $(redis_cpu_ticks) - before_cpu )) >"$OUT/$load.$t.$round.redis-cpu"
                 redis-cli -p "$RPORT" INFO commandstats >"$OUT/$load.$t.$round.cmdstats-after"
                 curl -s "${ADMIN[$t]}/metrics" >"$OUT/$load.$t.$round.metrics-after" || true
             fi
@@ -254,25 +261,26 @@ def med(load, t):
         "spread": (min(x["throughput_per_s"] for x in rs), max(x["throughput_per_s"] for x in rs)),
         "gw_cpu": m(lambda x: x["cpu_us_per_call"].get("gateway", 0.0)),
         "up_cpu": m(lambda x: x["cpu_us_per_call"].get("upstream", 0.0)),
-        "redis": redis_per_call(load, t, rs),
+        "redis": redis_per_call(load, t, rs, "redis", 1.0),
+        "redis_cpu": redis_per_call(load, t, rs, "redis-cpu", 1e6 / os.sysconf("SC_CLK_TCK")),
     }
-def redis_per_call(load, t, rs):
-    # Commands over the whole run (1 s warm-up included) per call, the warm-up's calls
-    # estimated at the measured rate.
-    paths = [os.path.join(out, f"{load}.{t}.{r}.redis") for r in range(1, rounds + 1)]
+def redis_per_call(load, t, rs, kind, scale):
+    # Redis's commands (or CPU time, in clock ticks) over the whole run (1 s warm-up included)
+    # per call, the warm-up's calls estimated at the measured rate.
+    paths = [os.path.join(out, f"{load}.{t}.{r}.{kind}") for r in range(1, rounds + 1)]
     if not all(os.path.exists(p) for p in paths):
         return None
     return statistics.median(
-        int(open(p).read()) / max(1.0, x["calls"] * (x["seconds"] + 1) / x["seconds"])
+        int(open(p).read()) * scale / max(1.0, x["calls"] * (x["seconds"] + 1) / x["seconds"])
         for p, x in zip(paths, rs))
 print(f"median of {rounds} rounds of {json.load(open(os.path.join(out, f'{loads[0]}.direct.1.json')))['seconds']:.0f} s each")
-print(f"{'load':<14} {'target':<18} {'calls/s':>9} {'(min-max)':>15} {'ratio':>6} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'errors':>6} {'gw cpu us/call':>14} {'upstream cpu us/call':>20} {'redis cmds/call':>15}")
+print(f"{'load':<14} {'target':<18} {'calls/s':>9} {'(min-max)':>15} {'ratio':>6} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'errors':>6} {'gw cpu us/call':>14} {'upstream cpu us/call':>20} {'redis cmds/call':>15} {'redis cpu us/call':>17}")
 for load in loads:
     base = med(load, "direct")
     for t in order:
         x = med(load, t)
         lo, hi = x["spread"]
-        print(f"{load:<14} {t:<18} {x['tput']:>9.0f} {f'({lo:.0f}-{hi:.0f})':>15} {x['tput']/base['tput']:>6.2f} {x['p50']:>8.3f} {x['p90']:>8.3f} {x['p99']:>8.3f} {x['errors']:>6} {x['gw_cpu']:>14.1f} {x['up_cpu']:>20.1f} {'-' if x['redis'] is None else format(x['redis'], '.2f'):>15}")
+        print(f"{load:<14} {t:<18} {x['tput']:>9.0f} {f'({lo:.0f}-{hi:.0f})':>15} {x['tput']/base['tput']:>6.2f} {x['p50']:>8.3f} {x['p90']:>8.3f} {x['p99']:>8.3f} {x['errors']:>6} {x['gw_cpu']:>14.1f} {x['up_cpu']:>20.1f} {'-' if x['redis'] is None else format(x['redis'], '.2f'):>15} {'-' if x['redis_cpu'] is None else format(x['redis_cpu'], '.1f'):>17}")
 for paced in ("moderate", "streamed-paced"):
     base = med(paced, "direct") if paced in loads else None
     for t in order[1:] if base else []:
