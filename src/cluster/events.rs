@@ -148,20 +148,14 @@ impl RedisEvents {
             if let Some(redis::Value::BulkString(d)) = entry.map.get("d")
                 && !d.is_empty()
             {
+                let corrupt = || StoreError::Corrupt(format!("event entry {} parts", entry.id));
+                let d = Bytes::copy_from_slice(d);
                 match entry.map.get("p") {
+                    None => out.events.push(d),
                     Some(redis::Value::BulkString(parts)) => {
-                        let d = Bytes::copy_from_slice(d);
-                        split_group(&d, parts, after, &mut out.events).ok_or_else(|| {
-                            StoreError::Corrupt(format!("event entry {} parts", entry.id))
-                        })?;
+                        split_group(&d, parts, after, &mut out.events).ok_or_else(corrupt)?;
                     }
-                    Some(_) => {
-                        return Err(StoreError::Corrupt(format!(
-                            "event entry {} parts",
-                            entry.id
-                        )));
-                    }
-                    None => out.events.push(Bytes::copy_from_slice(d)),
+                    Some(_) => return Err(corrupt()),
                 }
             }
             if entry.map.contains_key("f") {

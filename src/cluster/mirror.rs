@@ -392,8 +392,9 @@ async fn round_trip(shared: &Shared, todo: &mut Vec<Entry>) -> Option<Duration> 
         let last = e.last();
         let group = !e.more.is_empty();
         // Sized at once for its arguments (not grown as each is added).
-        let room = stream.key.len() + e.bytes + if group { 24 * e.count() } else { 0 } + 96;
-        let mut add = redis::Cmd::with_capacity(14, room);
+        // `p`: at most 20 digits, a colon, at most 20 digits and a comma per event.
+        let parts = if group { 42 * e.count() } else { 0 };
+        let mut add = redis::Cmd::with_capacity(14, stream.key.len() + e.bytes + parts + 96);
         add.arg("XADD").arg(&stream.key);
         if !create {
             add.arg("NOMKSTREAM");
