@@ -138,18 +138,19 @@ impl RedisEvents {
             last_seq: after,
             ..Replayed::default()
         };
-        for entry in reply.ids {
+        for mut entry in reply.ids {
             let seq = entry
                 .id
                 .split_once('-')
                 .and_then(|(_, s)| s.parse().ok())
                 .ok_or_else(|| StoreError::Corrupt(format!("event entry id {}", entry.id)))?;
             out.last_seq = seq;
-            if let Some(redis::Value::BulkString(d)) = entry.map.get("d")
+            // Taken out of the reply, not copied.
+            if let Some(redis::Value::BulkString(d)) = entry.map.remove("d")
                 && !d.is_empty()
             {
                 let corrupt = || StoreError::Corrupt(format!("event entry {} parts", entry.id));
-                let d = Bytes::copy_from_slice(d);
+                let d = Bytes::from(d);
                 match entry.map.get("p") {
                     None => out.events.push(d),
                     Some(redis::Value::BulkString(parts)) => {

@@ -183,11 +183,11 @@ struct Entry {
 }
 
 impl Entry {
-    fn new(queued: Queued) -> Entry {
+    fn new(stream: Arc<StreamCopy>, first: Mirrored) -> Entry {
         Entry {
-            stream: queued.stream,
-            bytes: queued.event.framed.len(),
-            first: queued.event,
+            stream,
+            bytes: first.framed.len(),
+            first,
             more: Vec::new(),
             failures: 0,
             maybe_written: false,
@@ -299,10 +299,7 @@ fn group(
             None => queued.event,
         };
         open.insert(stream, todo.len());
-        todo.push(Entry::new(Queued {
-            stream: queued.stream,
-            event,
-        }));
+        todo.push(Entry::new(queued.stream, event));
     }
     open.clear();
 }
@@ -586,7 +583,8 @@ mod tests {
     }
 
     fn entry(stream: &Arc<StreamCopy>, seq: u64) -> Entry {
-        Entry::new(queued(stream, seq, ""))
+        let q = queued(stream, seq, "");
+        Entry::new(q.stream, q.event)
     }
 
     fn written(stream: &StreamCopy) -> u64 {
@@ -702,7 +700,8 @@ mod tests {
     #[test]
     fn a_group_is_written_as_its_frames_one_after_the_other_and_where_each_starts() {
         let a = Arc::new(StreamCopy::new("a".into(), false));
-        let mut e = Entry::new(queued(&a, 9, "id: a.9\n"));
+        let q = queued(&a, 9, "id: a.9\n");
+        let mut e = Entry::new(q.stream, q.event);
         for (seq, framed) in [(10, "id: a.10\n\n"), (12, "")] {
             e.take(Mirrored {
                 seq,
