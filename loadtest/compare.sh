@@ -15,6 +15,8 @@
 # them; the table shows the median of the rounds, and the CPU time the gateway and the HTTP
 # upstream spent per call (from /proc, over the measured window), which a busy shared machine
 # blurs less than throughput. (The stdio upstream's CPU is its child process's, not shown.)
+# Below it, for the closed loops, each target's per-round ratio to direct and to nginx (its
+# throughput over the reference's in the same round): median and spread.
 # For Redis-backed targets, the Redis commands and the Redis server's CPU time a call costs
 # (INFO commandstats and /proc over the run;
 # each run's INFO commandstats and the gateway's /metrics before and after are kept next to
@@ -281,6 +283,15 @@ for load in loads:
         x = med(load, t)
         lo, hi = x["spread"]
         print(f"{load:<14} {t:<18} {x['tput']:>9.0f} {f'({lo:.0f}-{hi:.0f})':>15} {x['tput']/base['tput']:>6.2f} {x['p50']:>8.3f} {x['p90']:>8.3f} {x['p99']:>8.3f} {x['errors']:>6} {x['gw_cpu']:>14.1f} {x['up_cpu']:>20.1f} {'-' if x['redis'] is None else format(x['redis'], '.2f'):>15} {'-' if x['redis_cpu'] is None else format(x['redis_cpu'], '.1f'):>17}")
+# Each round's throughput over the reference's in that same round (direct, and nginx when
+# measured): the median and spread of those ratios, which a slow spell hitting one round blurs
+# less than the ratio of the medians above. Closed loops only (a paced load's ratio is 1).
+for load in [l for l in loads if l in ("saturation", "streamed")]:
+    for ref in [r for r in ("direct", "nginx") if r in order]:
+        for t in [t for t in order if t not in ("direct", ref)]:
+            rs = sorted(a["throughput_per_s"] / max(1e-9, b["throughput_per_s"])
+                        for a, b in zip(runs(load, t), runs(load, ref)))
+            print(f"per-round ratio ({load}) {t} / {ref}: median {statistics.median(rs):.2f} ({rs[0]:.2f}-{rs[-1]:.2f})")
 for paced in ("moderate", "streamed-paced"):
     base = med(paced, "direct") if paced in loads else None
     for t in order[1:] if base else []:
