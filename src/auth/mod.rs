@@ -57,7 +57,14 @@ impl Principal {
     /// The principal of tenants without authentication (one budget for all: see
     /// [`Principal::charged_to`]).
     pub fn anonymous() -> Principal {
-        let user: Arc<str> = ANONYMOUS.into();
+        thread_local! {
+            // One per thread, so a request takes a reference instead of an allocation, and
+            // threads do not share (and bounce) one count.
+            static USER: Arc<str> = ANONYMOUS.into();
+        }
+        let user = USER
+            .try_with(Arc::clone)
+            .unwrap_or_else(|_| ANONYMOUS.into());
         Principal {
             budget: user.clone(),
             user,

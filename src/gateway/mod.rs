@@ -202,8 +202,11 @@ impl Gateway {
         user: &str,
         presented: &str,
     ) -> Result<Arc<LiveSession>, GatewayError> {
-        let id = SessionId::from_presented(presented).ok_or(GatewayError::SessionNotFound)?;
-        let local = tenant.directory.get(&id).filter(|s| !s.is_closed());
+        // Looked up by the presented text: the id itself is made only on the rare branches.
+        if !SessionId::presentable(presented) {
+            return Err(GatewayError::SessionNotFound);
+        }
+        let local = tenant.directory.get(presented).filter(|s| !s.is_closed());
         let session = match local {
             Some(s) if &*s.key.user == user => {
                 self.refresh_lifecycle(&s).await;
@@ -211,11 +214,15 @@ impl Gateway {
             }
             // The rare branches are boxed: their store round trips are large states that
             // would otherwise size (and be copied with) every request's future.
-            Some(_) => {
-                Box::pin(self.report_foreign_id(tenant, &id)).await;
+            Some(s) => {
+                Box::pin(self.report_foreign_id(tenant, &s.key.id)).await;
                 return Err(GatewayError::SessionNotFound);
             }
-            None => Box::pin(self.resume(tenant, user, id)).await?,
+            None => {
+                let id =
+                    SessionId::from_presented(presented).ok_or(GatewayError::SessionNotFound)?;
+                Box::pin(self.resume(tenant, user, id)).await?
+            }
         };
         // The stored TTL slides too, but one store write per tenth of the TTL is enough.
         if session.touch(self.session_ttl / 10) {

@@ -38,13 +38,39 @@ impl Text for Vec<u8> {
 
 /// `{"jsonrpc":"2.0","id":<id>,"method":<method>,"params":<params>}`
 pub fn request(id: &RawValue, method: &str, params: Option<&RawValue>) -> Vec<u8> {
-    let mut buf = Vec::with_capacity(64 + method.len() + params.map_or(0, |p| p.get().len()));
-    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    buf.extend_from_slice(id.get().as_bytes());
-    buf.extend_from_slice(b",\"method\":");
+    request_with_id(id.get().as_bytes(), method, params)
+}
+
+/// [`request`] with a number for its id (the gateway's own upstream ids), written straight
+/// into the message: no JSON value is made for it.
+pub fn numbered_request(id: u64, method: &str, params: Option<&RawValue>) -> Vec<u8> {
+    request_with_id(itoa::Buffer::new().format(id).as_bytes(), method, params)
+}
+
+/// The start of every message with an id, up to the id.
+const WITH_ID: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":";
+const METHOD: &[u8] = b",\"method\":";
+const PARAMS: &[u8] = b",\"params\":";
+
+/// [`request`] from the id's JSON text. The buffer is the message's exact length when the
+/// method needs no escape (nearly always), so `Bytes::from` takes it as it is, with no second
+/// allocation for a shared count.
+fn request_with_id(id: &[u8], method: &str, params: Option<&RawValue>) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(
+        WITH_ID.len()
+            + id.len()
+            + METHOD.len()
+            + method.len()
+            + 2
+            + params.map_or(0, |p| PARAMS.len() + p.get().len())
+            + 1,
+    );
+    buf.extend_from_slice(WITH_ID);
+    buf.extend_from_slice(id);
+    buf.extend_from_slice(METHOD);
     push_str_json(&mut buf, method);
     if let Some(p) = params {
-        buf.extend_from_slice(b",\"params\":");
+        buf.extend_from_slice(PARAMS);
         buf.extend_from_slice(p.get().as_bytes());
     }
     buf.push(b'}');
@@ -76,14 +102,16 @@ pub fn notification_with(method: &str, params: &RawObject<'_>) -> Vec<u8> {
     buf
 }
 
-/// A response carrying `outcome` under a (new) id.
+/// A response carrying `outcome` under a (new) id, in a buffer of its exact length (see
+/// [`request_with_id`]).
 pub fn response_with_id(id: &RawValue, outcome: Outcome<'_>) -> Vec<u8> {
     let (key, raw): (&[u8], &RawValue) = match outcome {
         Outcome::Result(r) => (b",\"result\":", r),
         Outcome::Error(e) => (b",\"error\":", e),
     };
-    let mut buf = Vec::with_capacity(40 + id.get().len() + raw.get().len());
-    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    let mut buf =
+        Vec::with_capacity(WITH_ID.len() + id.get().len() + key.len() + raw.get().len() + 1);
+    buf.extend_from_slice(WITH_ID);
     buf.extend_from_slice(id.get().as_bytes());
     buf.extend_from_slice(key);
     buf.extend_from_slice(raw.get().as_bytes());

@@ -9,8 +9,8 @@ mod scan;
 pub mod strict;
 
 pub use encode::{
-    error_body, error_response, notification, notification_with, request, response_with_id,
-    result_prefix, result_response,
+    error_body, error_response, notification, notification_with, numbered_request, request,
+    response_with_id, result_prefix, result_response,
 };
 pub use object::RawObject;
 pub use parse::{
@@ -74,9 +74,11 @@ pub fn to_owned_raw(raw: &RawValue) -> Box<RawValue> {
     raw.to_owned()
 }
 
-/// Raw JSON for an unsigned integer id.
+/// Raw JSON for an unsigned integer id: one allocation of the digits' exact length (serde's
+/// writer would start a 128-byte buffer and then shrink it).
 pub fn raw_u64(n: u64) -> Box<RawValue> {
-    serde_json::value::to_raw_value(&n).expect("an integer serializes")
+    RawValue::from_string(itoa::Buffer::new().format(n).to_owned())
+        .expect("an integer's digits are JSON")
 }
 
 /// Raw JSON for a parsed value.

@@ -29,6 +29,31 @@ impl<'a> RawObject<'a> {
         }
     }
 
+    /// The member `key` of the JSON object `raw` when it is a string, decoded, read without
+    /// building the object (nothing is allocated when the names and the string are plain);
+    /// `None` when it is absent, not a string, or `raw` is not an object.
+    pub fn str_member(raw: &'a RawValue, key: &str) -> Option<Cow<'a, str>> {
+        let mut found = None;
+        let plain = super::scan::object_members(raw.get(), |name, value| {
+            if found.is_none() && name == key {
+                found = Some(value);
+            }
+        });
+        match plain {
+            Some(()) => {
+                let text = found?.get();
+                match super::scan::plain_str(text) {
+                    Some(inner) => Some(Cow::Borrowed(inner)),
+                    None => serde_json::from_str::<Cow<'a, str>>(text).ok(),
+                }
+            }
+            // An escaped name: the whole object, read by serde.
+            None => Some(Cow::Owned(
+                RawObject::parse(raw).ok()?.get_str(key)?.into_owned(),
+            )),
+        }
+    }
+
     pub fn get(&self, key: &str) -> Option<&RawValue> {
         self.members
             .iter()
@@ -173,6 +198,35 @@ mod tests {
             obj.to_raw().get(),
             r#"{"name":"echo","arguments":{"x":  1.0},"z":3}"#
         );
+    }
+
+    #[test]
+    fn a_string_member_read_alone_is_what_the_whole_object_says() {
+        let cases = [
+            r#"{"name":"echo","arguments":{"name":"inner"}}"#,
+            r#"{"arguments":{"name":"inner"}, "name" : "a\"b\u00e9"}"#,
+            r#"{"na\u006de":"escaped name","x":1}"#,
+            r#"{"a\"b":1,"name":"after an escaped name"}"#,
+            r#"{"name":7}"#,
+            r#"{"name":null}"#,
+            r#"{"other":"x"}"#,
+            r#"{}"#,
+            r#"["name","echo"]"#,
+            r#""name""#,
+        ];
+        for text in cases {
+            let raw = RawValue::from_string(text.into()).unwrap();
+            let whole = RawObject::parse(&raw)
+                .ok()
+                .and_then(|o| o.get_str("name").map(Cow::into_owned));
+            let alone = RawObject::str_member(&raw, "name").map(Cow::into_owned);
+            assert_eq!(alone, whole, "{text}");
+        }
+        let raw = RawValue::from_string(r#"{"name":"plain"}"#.into()).unwrap();
+        assert!(matches!(
+            RawObject::str_member(&raw, "name"),
+            Some(Cow::Borrowed("plain"))
+        ));
     }
 
     #[test]

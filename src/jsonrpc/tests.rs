@@ -84,6 +84,24 @@ fn rejects_invalid_messages_with_reasons() {
 }
 
 #[test]
+fn a_numbered_request_is_the_request_with_that_numbers_id() {
+    let params = RawValue::from_string(r#"{"a": [1, 2]}"#.into()).unwrap();
+    for n in [0, 7, 10, 4_294_967_296, u64::MAX] {
+        assert_eq!(raw_u64(n).get(), n.to_string());
+        for p in [None, Some(params.as_ref())] {
+            let numbered = numbered_request(n, "tools/call", p);
+            assert_eq!(numbered, request(&raw_u64(n), "tools/call", p));
+            // Exactly as long as it needs to be (what lets `Bytes::from` take it as it is).
+            assert_eq!(numbered.capacity(), numbered.len());
+            let Message::Request(back) = parse(&numbered).unwrap() else {
+                panic!("not a request: {}", String::from_utf8_lossy(&numbered));
+            };
+            assert_eq!(back.id.get(), n.to_string());
+        }
+    }
+}
+
+#[test]
 fn writers_copy_raw_parts() {
     let params = RawValue::from_string(r#"{"a": [1, 2]}"#.into()).unwrap();
     let out = request(&raw_u64(9), "tools/call", Some(&params));
@@ -93,6 +111,7 @@ fn writers_copy_raw_parts() {
     );
     let result = RawValue::from_string(r#"{"x" : 1}"#.into()).unwrap();
     let out = response_with_id(&raw_string("c\"1"), Outcome::Result(&result));
+    assert_eq!(out.capacity(), out.len());
     assert_eq!(
         std::str::from_utf8(&out).unwrap(),
         r#"{"jsonrpc":"2.0","id":"c\"1","result":{"x" : 1}}"#

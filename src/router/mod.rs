@@ -366,14 +366,7 @@ async fn forward(
         ForwardStream::new(rx, conn, upstream_id, client_id.to_owned(), owner, span).holding(slot);
     // Every tool call leaves an audit event when it ends.
     let tool = (method == "tools/call")
-        .then(|| {
-            params.and_then(|p| {
-                RawObject::parse(p)
-                    .ok()?
-                    .get_str("name")
-                    .map(|n| n.into_owned())
-            })
-        })
+        .then(|| params.and_then(|p| RawObject::str_member(p, "name").map(|n| n.into_owned())))
         .flatten();
     Ok(Reply::Stream(match tool {
         Some(t) => stream.audited(t),

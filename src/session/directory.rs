@@ -1,6 +1,8 @@
 //! The live sessions of a tenant on this replica (by id), and the 2024-11-05 streams held
 //! here: what a request, a bus message or a shared upstream connection finds sessions in.
 
+use std::borrow::Borrow;
+use std::hash::Hash;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -33,7 +35,12 @@ pub struct SessionDirectory {
 }
 
 impl SessionDirectory {
-    pub fn get(&self, id: &SessionId) -> Option<Arc<LiveSession>> {
+    /// The live session of an id, or of an id's text as a client presented it.
+    pub fn get<Q>(&self, id: &Q) -> Option<Arc<LiveSession>>
+    where
+        SessionId: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.sessions.get(id).map(|s| s.clone())
     }
 

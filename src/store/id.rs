@@ -51,10 +51,15 @@ impl SessionId {
     /// Accepts a client-presented id if it could have been issued by a gateway: visible ASCII
     /// (0x21..=0x7E), non-empty, bounded length. Anything else is treated as unknown.
     pub fn from_presented(s: &str) -> Option<SessionId> {
-        let ok = !s.is_empty()
+        Self::presentable(s).then(|| SessionId(s.into()))
+    }
+
+    /// Whether [`SessionId::from_presented`] accepts `s` (checked without making the id: a
+    /// request finds its live session by the presented text, see [`std::borrow::Borrow`]).
+    pub fn presentable(s: &str) -> bool {
+        !s.is_empty()
             && s.len() <= MAX_PRESENTED_LEN
-            && s.bytes().all(|b| (0x21..=0x7e).contains(&b));
-        ok.then(|| SessionId(s.into()))
+            && s.bytes().all(|b| (0x21..=0x7e).contains(&b))
     }
 
     pub fn as_str(&self) -> &str {
@@ -133,6 +138,14 @@ impl fmt::Debug for HashedId {
     }
 }
 
+/// An id hashes and compares as its text (the derived `Hash` and `Eq` are `str`'s, through
+/// the `Arc`), so a map keyed by ids is searched by a presented `&str` as it is.
+impl std::borrow::Borrow<str> for SessionId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl fmt::Debug for SessionId {
     /// The hash only: a full id is a bearer secret for the session.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -144,6 +157,24 @@ impl fmt::Debug for SessionId {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_map_of_ids_is_searched_by_the_presented_text() {
+        let ids: Vec<SessionId> = (0..64).map(|_| SessionId::generate()).collect();
+        let map: std::collections::HashMap<SessionId, usize, foldhash::fast::RandomState> =
+            ids.iter().cloned().zip(0..).collect();
+        for (n, id) in ids.iter().enumerate() {
+            let presented = String::from(id.as_str());
+            assert!(SessionId::presentable(&presented));
+            assert_eq!(map.get(presented.as_str()), Some(&n));
+        }
+        assert_eq!(map.get("not-an-id"), None);
+        for bad in ["", "a b", "\u{7f}", "é"] {
+            assert!(!SessionId::presentable(bad), "{bad:?}");
+            assert_eq!(SessionId::from_presented(bad), None);
+        }
+        assert!(!SessionId::presentable(&"a".repeat(MAX_PRESENTED_LEN + 1)));
+    }
 
     #[test]
     fn generated_ids_are_long_visible_ascii_and_distinct() {

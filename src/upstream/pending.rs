@@ -125,7 +125,7 @@ impl Connection {
             }
             let mcp = self.mcp_headers(method, params, slot.mirror.as_deref());
             self.pending.insert(id, Pending::Forward(slot));
-            let bytes = jsonrpc::request(&jsonrpc::raw_u64(id), method, params);
+            let bytes = jsonrpc::numbered_request(id, method, params);
             if let Err(e) = self.send_request(id, bytes, trace, mcp).await {
                 self.pending.remove(&id);
                 return Err(e);
@@ -198,7 +198,7 @@ impl Connection {
         let (tx, rx) = oneshot::channel();
         self.pending.insert(id, Pending::Internal(tx));
         let mcp = self.mcp_headers(method, params, None);
-        let bytes = jsonrpc::request(&jsonrpc::raw_u64(id), method, params);
+        let bytes = jsonrpc::numbered_request(id, method, params);
         if let Err(e) = self.send_request(id, bytes, trace, mcp).await {
             self.pending.remove(&id);
             return Err(e);
