@@ -36,6 +36,16 @@ impl Text for Vec<u8> {
     }
 }
 
+/// The start of every message with an id, up to the id; what follows the id of a request,
+/// of a result and of an error.
+const WITH_ID: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":";
+const METHOD: &[u8] = b",\"method\":";
+const PARAMS: &[u8] = b",\"params\":";
+const RESULT: &[u8] = b",\"result\":";
+const ERROR: &[u8] = b",\"error\":";
+/// The start of a notification, up to its method.
+const NOTIFICATION: &[u8] = b"{\"jsonrpc\":\"2.0\",\"method\":";
+
 /// `{"jsonrpc":"2.0","id":<id>,"method":<method>,"params":<params>}`
 pub fn request(id: &RawValue, method: &str, params: Option<&RawValue>) -> Vec<u8> {
     request_with_id(id.get().as_bytes(), method, params)
@@ -46,11 +56,6 @@ pub fn request(id: &RawValue, method: &str, params: Option<&RawValue>) -> Vec<u8
 pub fn numbered_request(id: u64, method: &str, params: Option<&RawValue>) -> Vec<u8> {
     request_with_id(itoa::Buffer::new().format(id).as_bytes(), method, params)
 }
-
-/// The start of every message with an id, up to the id.
-const WITH_ID: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":";
-const METHOD: &[u8] = b",\"method\":";
-const PARAMS: &[u8] = b",\"params\":";
 
 /// [`request`] from the id's JSON text. The buffer is the message's exact length when the
 /// method needs no escape (nearly always), so `Bytes::from` takes it as it is, with no second
@@ -80,10 +85,10 @@ fn request_with_id(id: &[u8], method: &str, params: Option<&RawValue>) -> Vec<u8
 /// `{"jsonrpc":"2.0","method":<method>,"params":<params>}`
 pub fn notification(method: &str, params: Option<&RawValue>) -> Vec<u8> {
     let mut buf = Vec::with_capacity(48 + method.len() + params.map_or(0, |p| p.get().len()));
-    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+    buf.extend_from_slice(NOTIFICATION);
     push_str_json(&mut buf, method);
     if let Some(p) = params {
-        buf.extend_from_slice(b",\"params\":");
+        buf.extend_from_slice(PARAMS);
         buf.extend_from_slice(p.get().as_bytes());
     }
     buf.push(b'}');
@@ -94,9 +99,9 @@ pub fn notification(method: &str, params: Option<&RawValue>) -> Vec<u8> {
 /// message (not made up apart first).
 pub fn notification_with(method: &str, params: &RawObject<'_>) -> Vec<u8> {
     let mut buf = Vec::with_capacity(48 + method.len() + params.text_len());
-    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+    buf.extend_from_slice(NOTIFICATION);
     push_str_json(&mut buf, method);
-    buf.extend_from_slice(b",\"params\":");
+    buf.extend_from_slice(PARAMS);
     params.write_into(&mut buf);
     buf.push(b'}');
     buf
@@ -106,8 +111,8 @@ pub fn notification_with(method: &str, params: &RawObject<'_>) -> Vec<u8> {
 /// [`request_with_id`]).
 pub fn response_with_id(id: &RawValue, outcome: Outcome<'_>) -> Vec<u8> {
     let (key, raw): (&[u8], &RawValue) = match outcome {
-        Outcome::Result(r) => (b",\"result\":", r),
-        Outcome::Error(e) => (b",\"error\":", e),
+        Outcome::Result(r) => (RESULT, r),
+        Outcome::Error(e) => (ERROR, e),
     };
     let mut buf =
         Vec::with_capacity(WITH_ID.len() + id.get().len() + key.len() + raw.get().len() + 1);
@@ -131,9 +136,9 @@ pub fn result_response(id: &RawValue, result_json: &[u8]) -> Bytes {
 /// The start of a result response, up to where the result goes; the writer of the result
 /// closes the envelope with one more `}` (for results built in place, never copied).
 pub fn result_prefix(buf: &mut Vec<u8>, id: &RawValue) {
-    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    buf.extend_from_slice(WITH_ID);
     buf.extend_from_slice(id.get().as_bytes());
-    buf.extend_from_slice(b",\"result\":");
+    buf.extend_from_slice(RESULT);
 }
 
 /// The `error` object: `{"code":..,"message":..,"data":..}`.
@@ -159,9 +164,9 @@ pub fn error_response(
     data: Option<&serde_json::Value>,
 ) -> Bytes {
     let mut buf = Vec::with_capacity(80 + message.len());
-    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    buf.extend_from_slice(WITH_ID);
     buf.extend_from_slice(id.map_or("null", |i| i.get()).as_bytes());
-    buf.extend_from_slice(b",\"error\":");
+    buf.extend_from_slice(ERROR);
     buf.extend_from_slice(&error_body(code, message, data));
     buf.push(b'}');
     Bytes::from(buf)
