@@ -18,7 +18,9 @@
 # pair of runs takes about a minute. The callgrind outputs and load reports are kept in $OUT
 # (default target/loadtest/instructions) for `callgrind_annotate` (the gateway's release
 # profile keeps line tables, so functions and lines are named). Needs valgrind
-# (`apt-get install valgrind`). Everything binds to 127.0.0.1; every process started here is
+# (`apt-get install valgrind`). ALLOCS=N also counts the calls into the heap allocator by the
+# code that made them and prints each pair's allocations per call with the N sites that make
+# the most (loadtest/alloc_sites.py; needs `addr2line`, from binutils). Everything binds to 127.0.0.1; every process started here is
 # stopped on exit.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" instructions
 command -v valgrind >/dev/null || { echo "instructions: valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
@@ -29,6 +31,12 @@ CALLS_KIND="${CALLS:-plain}"
 STORE_KIND="${STORE:-memory}"
 SESSIONS="${SESSIONS:-8}"
 RUNS="${RUNS:-1}"
+ALLOCS="${ALLOCS:-}"
+VG_ARGS=()
+if [[ -n "$ALLOCS" ]]; then
+    command -v addr2line >/dev/null || { echo "instructions: ALLOCS needs addr2line (apt-get install binutils)" >&2; exit 1; }
+    VG_ARGS=(--dump-instr=yes --compress-strings=no --compress-pos=no)
+fi
 OUT="${OUT:-$REPO/target/loadtest/instructions}"
 mkdir -p "$OUT"
 case "$CALLS_KIND" in
@@ -71,7 +79,7 @@ tenants:
       - {name: demo, http: {url: "http://127.0.0.1:$UP_PORT/mcp"}}
 YAML
     if [[ "$STORE_KIND" == redis ]]; then "$GW" migrate --config "$WORK/$name.yaml" >&2; fi
-    valgrind --tool=callgrind --callgrind-out-file="$OUT/$name.callgrind" \
+    valgrind --tool=callgrind "${VG_ARGS[@]}" --callgrind-out-file="$OUT/$name.callgrind" \
         "$GW" run --config "$WORK/$name.yaml" --reload-poll 0 >/dev/null 2>"$OUT/$name.log" &
     pid=$!
     PIDS+=("$pid")
@@ -98,4 +106,8 @@ for run in $(seq 1 "$RUNS"); do
     read -r c2 i2 < <(counted_run "$LONG" "run$run-long")
     (( c2 > c1 )) || { echo "instructions: the long run made no more calls ($c2) than the short one ($c1)" >&2; exit 1; }
     echo "run $run: $(( (i2 - i1) / (c2 - c1) )) instructions per call ($c1 and $c2 calls; $i1 and $i2 instructions)"
+    if [[ -n "$ALLOCS" ]]; then
+        python3 "$(dirname "${BASH_SOURCE[0]}")/alloc_sites.py" "$GW" \
+            "$OUT/run$run-short.callgrind" "$c1" "$OUT/run$run-long.callgrind" "$c2" "$ALLOCS"
+    fi
 done
