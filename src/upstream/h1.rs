@@ -35,6 +35,13 @@ const MAX_INTERIM: usize = 8;
 const INLINE_BODY: usize = 16 * 1024;
 /// What a read asks the buffer to have room for.
 const READ_CHUNK: usize = 8 * 1024;
+/// A request buffer up to this size is kept for the connection's next request (one
+/// allocation fewer per request on a pooled connection; a pool keeps at most
+/// `http_client::MAX_IDLE` idle connections, so at most that many such buffers).
+const KEPT_WRITE: usize = 8 * 1024;
+/// The end of a body, when wholly buffered and at most this long, is copied out of the read
+/// buffer rather than split off it (see `take_some`).
+const COPIED_BODY: usize = 16 * 1024;
 
 /// A byte stream an upstream connection runs on (TCP, or TLS over it).
 pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin {
@@ -79,6 +86,8 @@ pub enum H1Error {
 pub struct Conn {
     io: Box<dyn Stream>,
     buf: BytesMut,
+    /// The last request's buffer, kept for the next one when it is at most `KEPT_WRITE`.
+    out: Vec<u8>,
     /// The connection worker whose I/O driver the socket is registered with (`workers::home`
     /// where it was opened; 0: the main runtime).
     home: usize,
@@ -129,6 +138,7 @@ impl Conn {
         Conn {
             io,
             buf: BytesMut::new(),
+            out: Vec::new(),
             home: crate::workers::home(),
         }
     }
@@ -161,11 +171,12 @@ impl Conn {
         target: &Uri,
         fixed: &[u8],
         lines: &HeaderLines,
-        body: &Bytes,
+        body: &[u8],
     ) -> io::Result<()> {
         let fields = lines.as_bytes();
-        let mut head =
-            Vec::with_capacity(64 + fixed.len() + fields.len() + body.len().min(INLINE_BODY));
+        let mut head = std::mem::take(&mut self.out);
+        head.clear();
+        head.reserve(64 + fixed.len() + fields.len() + body.len().min(INLINE_BODY));
         head.extend_from_slice(method.as_str().as_bytes());
         head.push(b' ');
         match target.path_and_query() {
@@ -190,6 +201,9 @@ impl Conn {
         } else {
             self.io.write_all(&head).await?;
             self.io.write_all(body).await?;
+        }
+        if head.capacity() <= KEPT_WRITE {
+            self.out = head;
         }
         self.io.flush().await
     }
@@ -339,6 +353,16 @@ impl Conn {
         let n = usize::try_from(left)
             .unwrap_or(usize::MAX)
             .min(self.buf.len());
+        if u64::try_from(n).is_ok_and(|n| n == left) && n <= COPIED_BODY {
+            // The rest of the body is here (the usual answer: a whole JSON body in one read):
+            // copied out at its exact length, so the read buffer stays the connection's own
+            // and the next answer is read into it. Split off, the buffer would become shared
+            // (an allocation for the count), and the next read would need a new one while
+            // this piece lives on in the answer.
+            let body = Bytes::copy_from_slice(&self.buf[..n]);
+            self.buf.advance(n);
+            return Ok(body);
+        }
         Ok(self.buf.split_to(n).freeze())
     }
 

@@ -51,7 +51,7 @@ async fn post(conn: &mut Conn) -> Result<Head, H1Error> {
         &Uri::from_static("/mcp?x=1"),
         b"host: up:8080\r\n",
         &lines,
-        &Bytes::from_static(b"{}"),
+        b"{}",
     )
     .await
     .unwrap();
@@ -312,15 +312,9 @@ async fn a_waiting_body_holds_no_buffer() {
     let mut conn = Conn::new(Box::new(TcpStream::connect(addr).await.unwrap()));
     let target = Uri::from_static("/sse");
     let fixed = b"host: up:8080\r\n";
-    conn.send(
-        &Method::GET,
-        &target,
-        fixed,
-        &HeaderLines::default(),
-        &Bytes::new(),
-    )
-    .await
-    .unwrap();
+    conn.send(&Method::GET, &target, fixed, &HeaderLines::default(), b"")
+        .await
+        .unwrap();
     let mut head = conn.read_head(&Method::GET).await.unwrap();
     let first = conn.next_chunk(&mut head.body).await.unwrap().unwrap();
     assert_eq!(&first[..], b"first");
@@ -401,4 +395,80 @@ async fn heads_with_invalid_field_names_or_values_are_refused() {
     .await;
     let head = post(&mut conn).await.unwrap();
     assert_eq!(head.headers.get("x-a").unwrap(), b"caf\xc3\xa9\tok");
+}
+
+/// A server that answers each request on one connection with its own body, `rounds` times.
+async fn echo_server(
+    rounds: usize,
+) -> (std::net::SocketAddr, tokio::task::JoinHandle<Vec<String>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut heads = Vec::new();
+        for _ in 0..rounds {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                assert_eq!(s.read(&mut byte).await.unwrap(), 1);
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8(head).unwrap();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .unwrap()
+                .parse()
+                .unwrap();
+            let mut body = vec![0u8; length];
+            s.read_exact(&mut body).await.unwrap();
+            s.write_all(format!("HTTP/1.1 200 OK\r\ncontent-length: {length}\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            s.write_all(&body).await.unwrap();
+            heads.push(head);
+        }
+        heads
+    });
+    (addr, server)
+}
+
+#[tokio::test]
+async fn requests_and_answers_of_every_size_follow_each_other_on_one_connection() {
+    // Bodies past the inline bound (written apart), past the kept request buffer, small, and
+    // answers copied out of the read buffer or split off it (past `COPIED_BODY`).
+    let bodies: Vec<Vec<u8>> = [INLINE_BODY + 100, KEPT_WRITE - 50, 3, COPIED_BODY + 1, 40]
+        .iter()
+        .enumerate()
+        .map(|(n, &len)| (0..len).map(|i| b'a' + ((i + n) % 26) as u8).collect())
+        .collect();
+    let (addr, server) = echo_server(bodies.len()).await;
+    let mut conn = Conn::new(Box::new(TcpStream::connect(addr).await.unwrap()));
+    for sent in &bodies {
+        conn.send(
+            &Method::POST,
+            &Uri::from_static("/mcp"),
+            b"host: up\r\n",
+            &HeaderLines::default(),
+            sent,
+        )
+        .await
+        .unwrap();
+        let mut head = conn.read_head(&Method::POST).await.unwrap();
+        let got = body(&mut conn, &mut head.body).await.unwrap();
+        assert_eq!(got.len(), sent.len());
+        assert!(got == *sent, "the answer is the body sent");
+        assert!(head.reusable && !conn.has_leftover());
+    }
+    let heads = server.await.unwrap();
+    for (head, sent) in heads.iter().zip(&bodies) {
+        assert_eq!(
+            *head,
+            format!(
+                "POST /mcp HTTP/1.1\r\nhost: up\r\ncontent-length: {}\r\n\r\n",
+                sent.len()
+            ),
+            "each request's head is its own, nothing of the one before"
+        );
+    }
 }

@@ -13,11 +13,16 @@ struct Field {
     value: (u32, u32),
 }
 
+/// The bytes that record one `Field`: four little-endian `u32`s.
+const FIELD: usize = 16;
+
 /// A response head's fields, in the order they came.
 #[derive(Debug, Default)]
 pub struct HeaderFields {
-    text: Box<[u8]>,
-    fields: Vec<Field>,
+    /// The head's text and then where each field lies in it (`FIELD` bytes each): one
+    /// allocation per response, not one for the text and one for the list.
+    data: Box<[u8]>,
+    text_len: usize,
 }
 
 impl HeaderFields {
@@ -29,47 +34,61 @@ impl HeaderFields {
     ) -> Option<HeaderFields> {
         let base = head.as_ptr() as usize;
         // Where `s` lies in `head` (an empty value may point anywhere: it is empty).
-        let at = |s: &[u8]| -> Option<(u32, u32)> {
+        let at = |s: &[u8]| -> Option<[u32; 2]> {
             if s.is_empty() {
-                return Some((0, 0));
+                return Some([0, 0]);
             }
             let from = (s.as_ptr() as usize).checked_sub(base)?;
             let to = from.checked_add(s.len()).filter(|&to| to <= head.len())?;
-            Some((u32::try_from(from).ok()?, u32::try_from(to).ok()?))
+            Some([u32::try_from(from).ok()?, u32::try_from(to).ok()?])
         };
-        let fields = parsed
-            .iter()
-            .map(|h| {
-                Some(Field {
-                    name: at(h.name.as_bytes())?,
-                    value: at(h.value)?,
-                })
-            })
-            .collect::<Option<Vec<Field>>>()?;
+        // At its exact length: the boxed slice is this allocation, not a copy of it.
+        let mut data = Vec::with_capacity(head.len() + parsed.len() * FIELD);
+        data.extend_from_slice(head);
+        for h in parsed {
+            let [a, b] = at(h.name.as_bytes())?;
+            let [c, d] = at(h.value)?;
+            for word in [a, b, c, d] {
+                data.extend_from_slice(&word.to_le_bytes());
+            }
+        }
         Some(HeaderFields {
-            text: head.into(),
-            fields,
+            data: data.into_boxed_slice(),
+            text_len: head.len(),
         })
     }
 
-    fn slice(&self, (from, to): (u32, u32)) -> &[u8] {
-        self.text
-            .get(from as usize..to as usize)
+    fn fields(&self) -> impl DoubleEndedIterator<Item = Field> + '_ {
+        let word = |c: &[u8], i: usize| {
+            c.get(i * 4..i * 4 + 4)
+                .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                .map_or(0, u32::from_le_bytes)
+        };
+        self.data
+            .get(self.text_len..)
             .unwrap_or_default()
+            .chunks_exact(FIELD)
+            .map(move |c| Field {
+                name: (word(c, 0), word(c, 1)),
+                value: (word(c, 2), word(c, 3)),
+            })
+    }
+
+    fn slice(&self, (from, to): (u32, u32)) -> &[u8] {
+        let text = self.data.get(..self.text_len).unwrap_or_default();
+        text.get(from as usize..to as usize).unwrap_or_default()
     }
 
     /// Every value of the fields named `name` (compared ignoring ASCII case), in order.
     pub fn get_all<'a>(&'a self, name: &'a str) -> impl DoubleEndedIterator<Item = &'a [u8]> {
-        self.fields
-            .iter()
+        self.fields()
             .filter(move |f| self.slice(f.name).eq_ignore_ascii_case(name.as_bytes()))
             .map(|f| self.slice(f.value))
     }
 
     /// The first value of the fields named `name`.
     pub fn get(&self, name: &str) -> Option<&[u8]> {
-        self.fields
-            .iter()
+        self.fields()
             .find(|f| self.slice(f.name).eq_ignore_ascii_case(name.as_bytes()))
             .map(|f| self.slice(f.value))
     }
@@ -79,7 +98,7 @@ impl HeaderFields {
     }
 
     pub fn len(&self) -> usize {
-        self.fields.len()
+        self.data.len().saturating_sub(self.text_len) / FIELD
     }
 }
 

@@ -232,7 +232,7 @@ impl HttpLink {
 
     async fn post(
         &self,
-        body: Bytes,
+        body: &[u8],
         upstream: &str,
         trace: Option<&Propagation>,
         mcp: Option<&McpHeaders>,
@@ -320,7 +320,7 @@ impl HttpLink {
         let mut token_renewed = false;
         loop {
             let generation = self.generation.load(Ordering::Acquire);
-            let (resp, had_session) = self.post(body.clone(), upstream, trace, mcp).await?;
+            let (resp, had_session) = self.post(&body, upstream, trace, mcp).await?;
             let status = resp.status();
             if status.is_success() && status != StatusCode::ACCEPTED {
                 return self.consume(conn, id, resp).await;
@@ -450,7 +450,7 @@ impl HttpLink {
         let upstream = conn.upstream_name();
         let (resp, _) = match tokio::time::timeout(
             self.exchange_timeout,
-            self.post(body, upstream, None, None),
+            self.post(&body, upstream, None, None),
         )
         .await
         {
@@ -547,7 +547,7 @@ impl HttpLink {
                 return;
             }
         };
-        let req = self.client.send(Method::DELETE, headers, Bytes::new());
+        let req = self.client.send(Method::DELETE, headers, b"");
         match tokio::time::timeout(DELETE_TIMEOUT, req).await {
             Ok(Ok(mut resp)) => resp.drain().await,
             Ok(Err(e)) => tracing::debug!(error = %e, "upstream session DELETE failed"),
@@ -587,7 +587,7 @@ async fn listen_loop(conn: Weak<Connection>) {
                     let client = l.client.clone();
                     // Hold no strong reference while waiting: the connection may close.
                     drop(c);
-                    client.send(Method::GET, headers, Bytes::new()).await
+                    client.send(Method::GET, headers, b"").await
                 }
                 Err(e) => {
                     http_link(&c).mark_get_answered();
@@ -701,21 +701,32 @@ pub(super) async fn read_body(
             format!("the answer exceeds {limit} bytes"),
         ));
     }
+    // A body that comes in one piece (the usual answer) is that piece, not a copy of it.
+    let mut first = None;
     let mut buf = BytesMut::new();
     while let Some(chunk) = resp
         .chunk()
         .await
         .map_err(|e| closed(upstream, e.to_string()))?
     {
-        if buf.len() + chunk.len() > limit {
+        let so_far = first.as_ref().map_or(buf.len(), Bytes::len);
+        if so_far + chunk.len() > limit {
             return Err(protocol(
                 upstream,
                 format!("the answer exceeds {limit} bytes"),
             ));
         }
-        buf.extend_from_slice(&chunk);
+        if let Some(head) = first.take() {
+            buf.reserve(head.len() + chunk.len());
+            buf.extend_from_slice(&head);
+        }
+        if buf.is_empty() {
+            first = Some(chunk);
+        } else {
+            buf.extend_from_slice(&chunk);
+        }
     }
-    Ok(buf.freeze())
+    Ok(first.unwrap_or_else(|| buf.freeze()))
 }
 
 pub(super) fn unavailable(upstream: &str, reason: String) -> GatewayError {

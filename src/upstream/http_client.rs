@@ -194,7 +194,7 @@ impl OriginClient {
         self: &Arc<Self>,
         method: Method,
         headers: HeaderLines,
-        body: Bytes,
+        body: &[u8],
     ) -> Result<Response, ClientError> {
         self.send_to(&self.target, method, headers, body).await
     }
@@ -220,7 +220,7 @@ impl OriginClient {
         target: &Uri,
         method: Method,
         headers: HeaderLines,
-        body: Bytes,
+        body: &[u8],
     ) -> Result<Response, ClientError> {
         loop {
             let (mut conn, reused) = match self.checkout() {
@@ -230,7 +230,7 @@ impl OriginClient {
                 None => (Box::pin(self.connect()).await?, false),
             };
             if let Err(e) = conn
-                .send(&method, target, &self.fixed, &headers, &body)
+                .send(&method, target, &self.fixed, &headers, body)
                 .await
             {
                 // A pooled connection the server closed as the request went out: the request

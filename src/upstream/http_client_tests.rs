@@ -115,7 +115,7 @@ async fn read_all(mut resp: Response) -> Bytes {
 async fn assert_echoed(c: &Arc<OriginClient>, body: impl Into<Bytes>) {
     let body = body.into();
     let resp = c
-        .send(Method::POST, HeaderLines::default(), body.clone())
+        .send(Method::POST, HeaderLines::default(), &body)
         .await
         .unwrap();
     assert_eq!(read_all(resp).await, body);
@@ -128,7 +128,7 @@ async fn sequential_requests_share_one_connection_with_host_and_target_as_in_the
     for i in 0..20 {
         let body = Bytes::from(format!("request {i}"));
         let resp = c
-            .send(Method::POST, HeaderLines::default(), body.clone())
+            .send(Method::POST, HeaderLines::default(), &body)
             .await
             .unwrap();
         assert_eq!(resp.status(), StatusCode::OK);
@@ -177,11 +177,7 @@ async fn a_body_left_unread_does_not_return_its_connection() {
     let server = serve(None, None).await;
     let c = client(&format!("http://127.0.0.1:{}/mcp", server.port));
     let resp = c
-        .send(
-            Method::POST,
-            HeaderLines::default(),
-            Bytes::from(vec![b'x'; 1 << 20]),
-        )
+        .send(Method::POST, HeaderLines::default(), &vec![b'x'; 1 << 20])
         .await
         .unwrap();
     drop(resp);
@@ -199,7 +195,7 @@ async fn nothing_listening_is_a_connect_error() {
         .port();
     let c = client(&format!("http://127.0.0.1:{port}/mcp"));
     let err = c
-        .send(Method::POST, HeaderLines::default(), Bytes::new())
+        .send(Method::POST, HeaderLines::default(), b"")
         .await
         .err()
         .unwrap();
@@ -261,7 +257,7 @@ async fn https_upstreams_are_verified_against_the_trust_store() {
     let url = url::Url::parse(&format!("https://localhost:{}/mcp", server.port)).unwrap();
     let c = Arc::new(OriginClient::build(&url, Duration::from_secs(5), Some(other), None).unwrap());
     let err = c
-        .send(Method::POST, HeaderLines::default(), Bytes::new())
+        .send(Method::POST, HeaderLines::default(), b"")
         .await
         .err()
         .unwrap();
@@ -352,12 +348,7 @@ async fn other_urls_on_the_origin_get_the_same_target_form() {
     let target = direct.target_for(&endpoint).unwrap();
     assert_eq!(target, "/message?sessionId=s1");
     let resp = direct
-        .send_to(
-            &target,
-            Method::POST,
-            HeaderLines::default(),
-            Bytes::from_static(b"x"),
-        )
+        .send_to(&target, Method::POST, HeaderLines::default(), b"x")
         .await
         .unwrap();
     assert_eq!(read_all(resp).await, &b"x"[..]);
@@ -488,4 +479,28 @@ fn the_environment_chooses_the_proxy_and_no_proxy_exempts_hosts() {
     let auth = p.authorization.unwrap();
     assert!(auth.is_sensitive());
     assert_eq!(auth, format!("Basic {}", STANDARD.encode("a b:c")).as_str());
+}
+
+#[tokio::test]
+async fn a_body_is_read_whole_in_one_piece_or_many_and_within_its_bound() {
+    use super::super::http::read_body;
+    let server = serve(None, None).await;
+    let c = client(&format!("http://127.0.0.1:{}/mcp", server.port));
+    // One read's worth, and many reads' (the pieces are put together).
+    for len in [2, 300, 100_000] {
+        let sent: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+        let mut resp = c
+            .send(Method::POST, HeaderLines::default(), &sent)
+            .await
+            .unwrap();
+        let got = read_body(&mut resp, 1 << 20, "up").await.unwrap();
+        assert!(got == sent, "a {len}-byte body comes back whole");
+    }
+    // Past the bound: refused.
+    let mut resp = c
+        .send(Method::POST, HeaderLines::default(), &vec![b'x'; 100_000])
+        .await
+        .unwrap();
+    let err = read_body(&mut resp, 50_000, "up").await.unwrap_err();
+    assert!(err.to_string().contains("exceeds 50000 bytes"), "{err}");
 }

@@ -154,7 +154,7 @@ impl SseLink {
                 }
                 let mut resp = self
                     .client
-                    .send_to(&channel.endpoint, Method::POST, headers, body.clone())
+                    .send_to(&channel.endpoint, Method::POST, headers, &body)
                     .await
                     .map_err(|e| unavailable(upstream, e.to_string()))?;
                 let status = resp.status();
@@ -261,7 +261,7 @@ impl SseLink {
             headers.add_bytes("accept", b"text/event-stream");
             let mut resp = self
                 .client
-                .send(Method::GET, headers, Bytes::new())
+                .send(Method::GET, headers, b"")
                 .await
                 .map_err(|e| unavailable(upstream, e.to_string()))?;
             let status = resp.status();
