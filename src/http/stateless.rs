@@ -478,7 +478,7 @@ impl Exchange {
         if self.resumed
             && let Ok(Message::Response(r)) = jsonrpc::parse(body)
         {
-            let reid = jsonrpc::response_with_id(&self.id, r.outcome);
+            let reid = jsonrpc::response_with_id(self.id.get(), r.outcome);
             return modern::complete(&reid, hints);
         }
         if let Some(wrapped) = self.wrap_upstream_state(body) {
@@ -507,7 +507,7 @@ impl Exchange {
         let wrapped = mrtr::wrap(&self.tenant, &self.user, &self.target(), inner);
         obj.set("requestState", jsonrpc::raw_string(&wrapped));
         Some(jsonrpc::response_with_id(
-            r.id,
+            r.id.get(),
             Outcome::Result(&obj.to_raw()),
         ))
     }

@@ -107,17 +107,16 @@ pub fn notification_with(method: &str, params: &RawObject<'_>) -> Vec<u8> {
     buf
 }
 
-/// A response carrying `outcome` under a (new) id, in a buffer of its exact length (see
-/// [`request_with_id`]).
-pub fn response_with_id(id: &RawValue, outcome: Outcome<'_>) -> Vec<u8> {
+/// A response carrying `outcome` under a (new) id (its raw JSON text), in a buffer of its exact
+/// length (see [`request_with_id`]).
+pub fn response_with_id(id: &str, outcome: Outcome<'_>) -> Vec<u8> {
     let (key, raw): (&[u8], &RawValue) = match outcome {
         Outcome::Result(r) => (RESULT, r),
         Outcome::Error(e) => (ERROR, e),
     };
-    let mut buf =
-        Vec::with_capacity(WITH_ID.len() + id.get().len() + key.len() + raw.get().len() + 1);
+    let mut buf = Vec::with_capacity(WITH_ID.len() + id.len() + key.len() + raw.get().len() + 1);
     buf.extend_from_slice(WITH_ID);
-    buf.extend_from_slice(id.get().as_bytes());
+    buf.extend_from_slice(id.as_bytes());
     buf.extend_from_slice(key);
     buf.extend_from_slice(raw.get().as_bytes());
     buf.push(b'}');

@@ -52,6 +52,40 @@ pub mod code {
 /// echoed back byte for byte.
 pub type OwnedId = Box<RawValue>;
 
+/// A client request's id (its raw JSON text, verbatim) shared by the places that keep it while
+/// the request runs (where its answer goes, its stream, the session's requests in flight):
+/// copied out of the request once, not once for each.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct SharedId(std::sync::Arc<str>);
+
+impl SharedId {
+    pub fn new(id: &RawValue) -> SharedId {
+        SharedId(id.get().into())
+    }
+
+    /// The raw JSON text.
+    pub fn get(&self) -> &str {
+        &self.0
+    }
+
+    /// As a JSON value again (for an error response: the rare path makes the copy).
+    pub fn to_raw(&self) -> Option<OwnedId> {
+        RawValue::from_string(self.0.to_string()).ok()
+    }
+}
+
+impl std::borrow::Borrow<str> for SharedId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SharedId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// Whether `raw` is a valid MCP request id: a JSON string or an integer (no fraction, no exponent).
 pub fn is_valid_id(raw: &RawValue) -> bool {
     let s = raw.get().as_bytes();

@@ -110,7 +110,7 @@ fn writers_copy_raw_parts() {
         r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"a": [1, 2]}}"#
     );
     let result = RawValue::from_string(r#"{"x" : 1}"#.into()).unwrap();
-    let out = response_with_id(&raw_string("c\"1"), Outcome::Result(&result));
+    let out = response_with_id(raw_string("c\"1").get(), Outcome::Result(&result));
     assert_eq!(out.capacity(), out.len());
     assert_eq!(
         std::str::from_utf8(&out).unwrap(),
@@ -153,4 +153,17 @@ fn batches_split_into_borrowed_members() {
         super::split_batch(b"[{"),
         Err(ParseError::NotJson(_))
     ));
+}
+
+#[test]
+fn a_shared_id_is_the_ids_text_found_by_it_and_a_value_again() {
+    let mut map = std::collections::HashMap::new();
+    for text in ["7", "\"a\\\"b\"", "-12"] {
+        let raw = RawValue::from_string(text.to_owned()).expect("valid JSON");
+        let id = SharedId::new(&raw);
+        assert_eq!(id.get(), text);
+        assert_eq!(id.to_raw().expect("valid").get(), text);
+        map.insert(id.clone(), text.len());
+        assert_eq!(map.get(text), Some(&text.len()), "looked up by the text");
+    }
 }

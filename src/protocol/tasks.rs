@@ -148,7 +148,10 @@ pub fn rename_result_task_id(
     };
     let obj = RawObject::parse(result).ok()?;
     let edited = rename_task_id_in(obj, rename)?;
-    Some(jsonrpc::response_with_id(r.id, Outcome::Result(&edited)))
+    Some(jsonrpc::response_with_id(
+        r.id.get(),
+        Outcome::Result(&edited),
+    ))
 }
 
 /// A notification or request to the client naming a task — `notifications/tasks/status`

@@ -23,7 +23,7 @@ use crate::auth::Principal;
 use crate::cluster::{BusMessage, replica_of};
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
-use crate::jsonrpc::{self, Notification, RawObject, Request, Response};
+use crate::jsonrpc::{self, Notification, RawObject, Request, Response, SharedId};
 use crate::limits::concurrency::{Call, Permit};
 use crate::limits::rate::Rates;
 use crate::policy::Decision;
@@ -130,7 +130,7 @@ fn act_on_notification(
                 upstream_id,
                 reason.as_deref().unwrap_or("cancelled by the client"),
             );
-            session.end_inflight(request_id);
+            session.end_inflight(request_id.get());
         }
         Method::NotificationsProgress => {
             // Progress the client reports on a request an upstream sent it.
@@ -358,12 +358,19 @@ async fn forward(
         _ => None,
     };
     let owner = Arc::downgrade(session);
+    let client_id = SharedId::new(client_id);
     let (upstream_id, rx, span) = conn
-        .forward(method, params, client_id, owner.clone(), shape, mirror)
+        .forward(
+            method,
+            params,
+            client_id.clone(),
+            owner.clone(),
+            shape,
+            mirror,
+        )
         .await?;
-    session.begin_inflight(client_id, conn.clone(), upstream_id);
-    let stream =
-        ForwardStream::new(rx, conn, upstream_id, client_id.to_owned(), owner, span).holding(slot);
+    session.begin_inflight(&client_id, conn.clone(), upstream_id);
+    let stream = ForwardStream::new(rx, conn, upstream_id, client_id, owner, span).holding(slot);
     // Every tool call leaves an audit event when it ends.
     let tool = (method == "tools/call")
         .then(|| params.and_then(|p| RawObject::str_member(p, "name").map(|n| n.into_owned())))

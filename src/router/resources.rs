@@ -63,7 +63,7 @@ pub(super) async fn metadata(
         }
         InternalReply::Error(e) => {
             return Ok(Reply::Json(Bytes::from(jsonrpc::response_with_id(
-                req.id,
+                req.id.get(),
                 Outcome::Error(&e),
             ))));
         }

@@ -16,6 +16,7 @@ use crate::cluster::Bus;
 use crate::config::SessionBounds;
 use crate::error::ServerRequestRefusal;
 use crate::events::{EventLimits, SessionEvents, StreamKind, StreamLog, StreamOwner};
+use crate::jsonrpc::SharedId;
 use crate::protocol::ProtocolVersion;
 use crate::upstream::{Connection, Ending, ServerRequestRoute, ServerRequests, UpstreamId};
 use bytes::Bytes;
@@ -85,7 +86,7 @@ pub struct LiveSession {
     /// upstreams leaves the others' links alone.
     links: Mutex<Vec<LinkSlot>>,
     /// Client request id (raw JSON text) → where it was forwarded.
-    inflight: Mutex<HashMap<Box<str>, InflightRoute>>,
+    inflight: Mutex<HashMap<SharedId, InflightRoute>>,
     /// Server-to-client requests waiting for the client's answer, by client-facing id (raw
     /// JSON text): bounded, each expiring.
     server_requests: ServerRequests,
@@ -569,15 +570,16 @@ impl LiveSession {
 
     // ---- Requests in flight
 
-    pub fn begin_inflight(&self, client_id: &RawValue, conn: Arc<Connection>, upstream_id: u64) {
+    pub fn begin_inflight(&self, client_id: &SharedId, conn: Arc<Connection>, upstream_id: u64) {
         if let Ok(mut m) = self.inflight.lock() {
-            m.insert(client_id.get().into(), (conn, upstream_id));
+            m.insert(client_id.clone(), (conn, upstream_id));
         }
     }
 
-    pub fn end_inflight(&self, client_id: &RawValue) {
+    /// `client_id` is the raw JSON text.
+    pub fn end_inflight(&self, client_id: &str) {
         if let Ok(mut m) = self.inflight.lock() {
-            m.remove(client_id.get());
+            m.remove(client_id);
         }
     }
 

@@ -76,7 +76,7 @@ impl ClientSession for LiveSession {
         LiveSession::deliver_or(self, bytes, undeliverable)
     }
 
-    fn end_inflight(&self, client_id: &RawValue) {
+    fn end_inflight(&self, client_id: &str) {
         LiveSession::end_inflight(self, client_id);
     }
 

@@ -36,11 +36,9 @@ pub(super) fn use_it() {
 pub struct LogContext {
     tenant: Arc<str>,
     http_method: http::Method,
-    /// The client message's method followed by its id (a request's raw JSON id), in one
-    /// buffer: the method is `named[..method_len]`; empty when the message is not known.
-    named: Box<str>,
-    method_len: usize,
-    has_id: bool,
+    /// The client message's method, when known, and a request's id (its raw JSON text).
+    method: Option<Text>,
+    id: Option<Text>,
     /// Set once the request's session is found.
     session: OnceLock<HashedId>,
 }
@@ -53,21 +51,15 @@ impl LogContext {
         http_method: &http::Method,
         message: Option<(&str, Option<&str>)>,
     ) -> LogContext {
-        let (named, method_len, has_id) = match message {
-            None => (Box::default(), 0, false),
-            Some((method, id)) => {
-                let mut named = String::with_capacity(method.len() + id.map_or(0, str::len));
-                named.push_str(method);
-                named.push_str(id.unwrap_or_default());
-                (named.into_boxed_str(), method.len(), id.is_some())
-            }
+        let (method, id) = match message {
+            None => (None, None),
+            Some((method, id)) => (Some(Text::method(method)), id.map(Text::new)),
         };
         LogContext {
             tenant: Arc::clone(tenant),
             http_method: http_method.clone(),
-            named,
-            method_len,
-            has_id,
+            method,
+            id,
             session: OnceLock::new(),
         }
     }
@@ -82,11 +74,11 @@ impl LogContext {
     }
 
     fn method(&self) -> Option<&str> {
-        (!self.named.is_empty()).then(|| &self.named[..self.method_len])
+        self.method.as_ref().map(Text::as_str)
     }
 
     fn id(&self) -> Option<&str> {
-        self.has_id.then(|| &self.named[self.method_len..])
+        self.id.as_ref().map(Text::as_str)
     }
 
     /// Records the request's session (the first one named).
@@ -127,6 +119,52 @@ impl LogContext {
         }
         json_field(w, "tenant", &self.tenant)?;
         w.write_str("\"name\":\"request\"}")
+    }
+}
+
+/// Text a context keeps without an allocation of its own where it can: a known method's
+/// name is the gateway's own constant, a short id (a number, a short string) is held in
+/// place. Every request makes a context; its names were a buffer of their own.
+#[derive(Debug)]
+enum Text {
+    Static(&'static str),
+    Inline(u8, [u8; INLINE]),
+    Heap(Box<str>),
+}
+
+/// The longest text held in place (any `u64` id, quoted, fits).
+const INLINE: usize = 22;
+
+impl Text {
+    fn new(text: &str) -> Text {
+        let mut bytes = [0u8; INLINE];
+        match (bytes.get_mut(..text.len()), u8::try_from(text.len())) {
+            (Some(place), Ok(len)) => {
+                place.copy_from_slice(text.as_bytes());
+                Text::Inline(len, bytes)
+            }
+            _ => Text::Heap(text.into()),
+        }
+    }
+
+    /// A method's name: the constant when it is one the gateway knows.
+    fn method(name: &str) -> Text {
+        match crate::protocol::Method::label(name) {
+            "other" if name != "other" => Text::new(name),
+            known => Text::Static(known),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            Text::Static(s) => s,
+            // Whole `str`s were copied in: always valid.
+            Text::Inline(len, bytes) => bytes
+                .get(..usize::from(*len))
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .unwrap_or_default(),
+            Text::Heap(s) => s,
+        }
     }
 }
 
@@ -316,5 +354,29 @@ mod tests {
             text,
             r#"request{tenant="acme" http.request.method="POST" mcp.method.name="notifications/initialized"}:"#
         );
+    }
+
+    #[test]
+    fn names_are_kept_whole_however_long_or_unknown() {
+        let long_id = format!("\"{}\"", "x".repeat(40));
+        for (method, id) in [
+            ("tools/call", Some("18446744073709551615")),
+            ("tools/call", Some("\"0123456789abcdefghij\"")),
+            ("tools/call", Some(long_id.as_str())),
+            ("vendor/éxtension", Some("1")),
+            ("a/method/the/gateway/does/not/know/of/at/all", None),
+            ("other", Some("-7")),
+            ("", Some("1")),
+        ] {
+            let ctx = context(Some((method, id)));
+            assert_eq!(ctx.method(), Some(method));
+            assert_eq!(ctx.id(), id);
+        }
+        assert!(matches!(Text::method("tools/call"), Text::Static(_)));
+        assert!(matches!(
+            Text::new("18446744073709551615"),
+            Text::Inline(..)
+        ));
+        assert!(matches!(Text::new(&long_id), Text::Heap(_)));
     }
 }

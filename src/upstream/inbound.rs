@@ -103,7 +103,7 @@ impl Connection {
                             self.info.catalog.invalidate(ListKind::Tools);
                         }
                         let verdict = Verdict::of(&outcome, slot.tool_call);
-                        let out = jsonrpc::response_with_id(&slot.client_id, outcome);
+                        let out = jsonrpc::response_with_id(slot.client_id.get(), outcome);
                         let _ = slot
                             .sink
                             .send(StreamEvent::Response(Bytes::from(out), verdict));

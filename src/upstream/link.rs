@@ -132,7 +132,7 @@ impl Connection {
 
     /// Answers a server-to-client request of the upstream (the client's reply, or an error).
     pub async fn respond(self: &Arc<Self>, upstream_id: &RawValue, outcome: Outcome<'_>) {
-        let bytes = jsonrpc::response_with_id(upstream_id, outcome);
+        let bytes = jsonrpc::response_with_id(upstream_id.get(), outcome);
         if let Err(e) = self.send_message(bytes).await {
             tracing::warn!(upstream = %self.info.name, error = %e, "could not deliver a reply to the upstream");
         }

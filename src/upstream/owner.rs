@@ -61,7 +61,7 @@ pub trait ClientSession: Send + Sync {
     /// to hold one (false: known at once).
     fn deliver_or(&self, bytes: Bytes, undeliverable: Box<dyn FnOnce() + Send>) -> bool;
     /// The forwarded request `client_id` (raw JSON) is over.
-    fn end_inflight(&self, client_id: &RawValue);
+    fn end_inflight(&self, client_id: &str);
     /// Whether the client declared what an upstream request `method` with `params` needs.
     fn accepts_server_request(
         &self,

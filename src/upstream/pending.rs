@@ -19,7 +19,7 @@ use super::link::Link;
 use super::meta::rewrite_meta;
 use super::owner::ClientSession;
 use crate::error::GatewayError;
-use crate::jsonrpc::{self, OwnedId};
+use crate::jsonrpc::{self, SharedId};
 use crate::protocol::param_headers::ParamHeaders;
 use crate::protocol::rewrite::ResultShape;
 use crate::telemetry::{self, Propagation};
@@ -35,7 +35,7 @@ pub(super) enum Pending {
 /// Where the answer of a forwarded client request goes, and what it is restored with.
 pub(super) struct ForwardSlot {
     pub(super) sink: super::sink::EventSink,
-    pub(super) client_id: OwnedId,
+    pub(super) client_id: SharedId,
     /// The client's own `progressToken`, restored on progress notifications.
     pub(super) client_token: Option<Box<RawValue>>,
     pub(super) session: Weak<dyn ClientSession>,
@@ -63,7 +63,7 @@ impl Connection {
         self: &Arc<Self>,
         method: &str,
         params: Option<&RawValue>,
-        client_id: &RawValue,
+        client_id: SharedId,
         session: Weak<dyn ClientSession>,
         shape: Option<ResultShape>,
         mirror: Option<Arc<ParamHeaders>>,
@@ -85,7 +85,7 @@ impl Connection {
             });
         let slot = ForwardSlot {
             sink: tx,
-            client_id: client_id.to_owned(),
+            client_id,
             client_token: None,
             session,
             shape: shape.filter(|_| self.info.uri_prefix.is_some()),

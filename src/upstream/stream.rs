@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::{ClientSession, Connection, StreamEvent};
 use crate::error::GatewayError;
 use crate::events::MessageKind;
-use crate::jsonrpc::{Outcome, OwnedId, RawObject};
+use crate::jsonrpc::{Outcome, RawObject, SharedId};
 
 /// What the client gets next for a forwarded request.
 #[derive(Debug)]
@@ -53,7 +53,7 @@ struct Inner {
     rx: super::sink::EventSource,
     conn: Arc<Connection>,
     upstream_id: u64,
-    client_id: OwnedId,
+    client_id: SharedId,
     idle: Duration,
     idle_deadline: Instant,
     hard_deadline: Instant,
@@ -82,7 +82,7 @@ impl ForwardStream {
         rx: super::sink::EventSource,
         conn: Arc<Connection>,
         upstream_id: u64,
-        client_id: OwnedId,
+        client_id: SharedId,
         session: Weak<dyn ClientSession>,
         span: tracing::Span,
     ) -> ForwardStream {
@@ -121,9 +121,9 @@ impl ForwardStream {
 
     /// Holds `held` (a gated upstream's slot, `limits.concurrency`) until the request ends.
     pub fn holding(mut self, held: Option<impl Send + Sync + 'static>) -> ForwardStream {
-        if let Some(inner) = self.inner.as_mut() {
-            inner._held.get_or_insert_with(Box::default).held =
-                held.map(|h| Box::new(h) as Box<dyn Send + Sync>);
+        // Nothing to hold (an upstream without a gate): no riders made for it.
+        if let (Some(inner), Some(h)) = (self.inner.as_mut(), held) {
+            inner._held.get_or_insert_with(Box::default).held = Some(Box::new(h));
         }
         self
     }
@@ -218,7 +218,7 @@ impl Inner {
             }
             Some(Some(StreamEvent::Failed(e))) => {
                 self.outcome = "failed";
-                StreamItem::Final(e.to_jsonrpc(Some(&self.client_id)))
+                StreamItem::Final(e.to_jsonrpc(self.client_id.to_raw().as_deref()))
             }
             Some(None) => StreamItem::Cancelled,
             None => {
@@ -231,7 +231,7 @@ impl Inner {
                     upstream: self.conn.upstream_name().to_owned(),
                     after,
                 };
-                StreamItem::Final(err.to_jsonrpc(Some(&self.client_id)))
+                StreamItem::Final(err.to_jsonrpc(self.client_id.to_raw().as_deref()))
             }
         }
     }
@@ -260,7 +260,7 @@ impl Inner {
             );
         }
         if let Some(session) = session {
-            session.end_inflight(&self.client_id);
+            session.end_inflight(self.client_id.get());
         }
     }
 }
