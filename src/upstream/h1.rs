@@ -86,7 +86,8 @@ pub enum H1Error {
 pub struct Conn {
     io: Box<dyn Stream>,
     buf: BytesMut,
-    /// The last request's buffer, kept for the next one when it is at most `KEPT_WRITE`.
+    /// The last request's buffer, kept for the next one when it is at most `KEPT_WRITE`
+    /// (and given up, as the read buffer is, while a body keeps the connection waiting).
     out: Vec<u8>,
     /// The connection worker whose I/O driver the socket is registered with (`workers::home`
     /// where it was opened; 0: the main runtime).
@@ -322,12 +323,14 @@ impl Conn {
     /// there, so a connection waiting with nothing unread holds no buffer (8 KiB each).
     async fn fill(&mut self) -> io::Result<usize> {
         if self.buf.is_empty() {
-            let (io, buf) = (&mut self.io, &mut self.buf);
+            let (io, buf, out) = (&mut self.io, &mut self.buf, &mut self.out);
             std::future::poll_fn(move |cx| match io.poll_read_ready(cx) {
                 Poll::Pending => {
                     // Also without capacity of its own: an empty buffer may still share the
-                    // allocation of what was split off it.
+                    // allocation of what was split off it. Nor the request buffer kept for
+                    // the next request: a stream may keep the connection for a session's life.
                     *buf = BytesMut::new();
+                    *out = Vec::new();
                     Poll::Pending
                 }
                 ready => ready,

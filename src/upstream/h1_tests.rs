@@ -315,6 +315,10 @@ async fn a_waiting_body_holds_no_buffer() {
     conn.send(&Method::GET, &target, fixed, &HeaderLines::default(), b"")
         .await
         .unwrap();
+    assert!(
+        conn.out.capacity() > 0,
+        "the request's buffer is kept for the next one"
+    );
     let mut head = conn.read_head(&Method::GET).await.unwrap();
     let first = conn.next_chunk(&mut head.body).await.unwrap().unwrap();
     assert_eq!(&first[..], b"first");
@@ -329,6 +333,11 @@ async fn a_waiting_body_holds_no_buffer() {
     .await;
     assert!(waiting.is_err(), "a chunk the server did not send");
     assert_eq!(conn.buf.capacity(), 0, "a buffer is held while waiting");
+    assert_eq!(
+        conn.out.capacity(),
+        0,
+        "a request buffer is held while waiting (an event stream may wait for a session's life)"
+    );
     go.send(()).unwrap();
     assert_eq!(body(&mut conn, &mut head.body).await.unwrap(), b"second");
     drop(server.await.unwrap());
