@@ -53,7 +53,7 @@ impl LogContext {
     ) -> LogContext {
         let (method, id) = match message {
             None => (None, None),
-            Some((method, id)) => (Some(Text::method(method)), id.map(Text::new)),
+            Some((method, id)) => (Some(Text::new(method)), id.map(Text::new)),
         };
         LogContext {
             tenant: Arc::clone(tenant),
@@ -122,17 +122,16 @@ impl LogContext {
     }
 }
 
-/// Text a context keeps without an allocation of its own where it can: a known method's
-/// name is the gateway's own constant, a short id (a number, a short string) is held in
-/// place. Every request makes a context; its names were a buffer of their own.
+/// Text a context keeps without an allocation of its own where it can: a short method name
+/// (`tools/call`) or id (a number, a short string) is held in place. Every request makes a
+/// context; its names were a buffer of their own.
 #[derive(Debug)]
 enum Text {
-    Static(&'static str),
     Inline(u8, [u8; INLINE]),
     Heap(Box<str>),
 }
 
-/// The longest text held in place (any `u64` id, quoted, fits).
+/// The longest text held in place (any `u64` id, quoted, fits; so do most MCP methods).
 const INLINE: usize = 22;
 
 impl Text {
@@ -147,17 +146,8 @@ impl Text {
         }
     }
 
-    /// A method's name: the constant when it is one the gateway knows.
-    fn method(name: &str) -> Text {
-        match crate::protocol::Method::label(name) {
-            "other" if name != "other" => Text::new(name),
-            known => Text::Static(known),
-        }
-    }
-
     fn as_str(&self) -> &str {
         match self {
-            Text::Static(s) => s,
             // Whole `str`s were copied in: always valid.
             Text::Inline(len, bytes) => bytes
                 .get(..usize::from(*len))
@@ -372,7 +362,7 @@ mod tests {
             assert_eq!(ctx.method(), Some(method));
             assert_eq!(ctx.id(), id);
         }
-        assert!(matches!(Text::method("tools/call"), Text::Static(_)));
+        assert!(matches!(Text::new("tools/call"), Text::Inline(..)));
         assert!(matches!(
             Text::new("18446744073709551615"),
             Text::Inline(..)
